@@ -1,0 +1,1 @@
+"""Strata's control plane server: jobs, hosts, placement and live streams."""

@@ -1,0 +1,1 @@
+"""HTTP and websocket routers, one module per resource."""

@@ -1,0 +1,23 @@
+"""Hosts and the cluster view."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from backend.api.deps import AdminPrincipal, SessionDep
+from backend.hosts import service
+from backend.hosts.schemas import ClusterRead, HostRead
+
+router = APIRouter(tags=["cluster"])
+
+
+@router.get("/hosts", response_model=list[HostRead])
+async def list_hosts(session: SessionDep, _: AdminPrincipal) -> list[HostRead]:
+    """Every host that has joined, with its devices and heartbeat age."""
+    return [service.host_read(host) for host in await service.list_hosts(session=session)]
+
+
+@router.get("/cluster", response_model=ClusterRead)
+async def read_cluster(session: SessionDep, _: AdminPrincipal) -> ClusterRead:
+    """Hosts, devices, and which task holds what."""
+    return await service.cluster_view(session=session)

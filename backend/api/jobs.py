@@ -1,0 +1,110 @@
+"""Jobs: submit, list, read, cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request, status
+
+from backend.api.deps import AdminPrincipal, SessionDep, SettingsDep
+from backend.errors import PayloadTooLarge
+from backend.jobs import service
+from backend.jobs.schemas import JobEventRead, JobPage, JobRead
+from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
+from backend.jobs.states import JobStatus
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The job's id.")]
+
+_SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}},
+            "application/yaml": {"schema": {"$ref": "#/components/schemas/JobSpec"}},
+        },
+    }
+}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing (413) anything over the limit without reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    return bytes(body)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobRead,
+    openapi_extra=_SPEC_BODY,
+)
+async def submit_job(
+    request: Request, session: SessionDep, settings: SettingsDep, _: AdminPrincipal
+) -> JobRead:
+    """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
+    body = await read_body(request, settings.max_request_bytes)
+    spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
+    job = await service.create_job(session=session, spec=spec)
+    await session.commit()
+    return service.job_read(await service.get_job(session=session, job_id=job.id))
+
+
+@router.get("", response_model=JobPage)
+async def list_jobs(
+    session: SessionDep,
+    _: AdminPrincipal,
+    status_: Annotated[
+        list[JobStatus], Query(alias="status", description="Only jobs in these states.")
+    ] = [],  # noqa: B006 - FastAPI copies query defaults
+    name: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+) -> JobPage:
+    """List jobs, newest first, filtered by status and name, a page at a time."""
+    jobs, total = await service.list_jobs(
+        session=session, statuses=status_, name=name, limit=limit, offset=offset
+    )
+    return JobPage(
+        items=[service.job_read(job) for job in jobs], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{job_id}", response_model=JobRead)
+async def read_job(job_id: JobId, session: SessionDep, _: AdminPrincipal) -> JobRead:
+    """A job with its tasks, placement, status and reason."""
+    return service.job_read(await service.get_job(session=session, job_id=job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobRead)
+async def cancel_job(job_id: JobId, session: SessionDep, _: AdminPrincipal) -> JobRead:
+    """Cancel a job that has not finished; its tasks are stopped."""
+    job = await service.get_job(session=session, job_id=job_id, for_update=True)
+    await service.cancel_job(session=session, job=job)
+    await session.commit()
+    return service.job_read(await service.get_job(session=session, job_id=job_id))
+
+
+@router.get("/{job_id}/events", response_model=list[JobEventRead])
+async def list_job_events(
+    job_id: JobId,
+    session: SessionDep,
+    _: AdminPrincipal,
+    after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Only events after this id.")] = 0,
+) -> list[JobEventRead]:
+    """The job's events in order: state changes, restarts, requests."""
+    await service.get_job(session=session, job_id=job_id)
+    events = await service.job_events(session=session, job_id=job_id, after_id=after)
+    return [JobEventRead.model_validate(event) for event in events]
+
+
+# Referenced by the request body above; registering it here puts it in the OpenAPI components.
+__all__ = ["JobSpec", "router"]

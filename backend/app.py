@@ -1,0 +1,71 @@
+"""The server application: routers, error handlers and lifespan services."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from backend.api import health, hosts, jobs
+from backend.auth import TokenKind, TokenRegistry
+from backend.config import Settings
+from backend.db import create_engine, session_factory
+from backend.errors import install_error_handlers
+from backend.schema import upgrade_database
+
+log = logging.getLogger(__name__)
+
+
+class RedactTokens(logging.Filter):
+    """Keep tokens out of logs: browsers put them in websocket query strings."""
+
+    _pattern = re.compile(r"(token=)[^&\s\"']+", re.IGNORECASE)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.args:
+            record.args = tuple(
+                self._pattern.sub(r"\1<redacted>", a) if isinstance(a, str) else a
+                for a in (record.args if isinstance(record.args, tuple) else (record.args,))
+            )
+        if isinstance(record.msg, str):
+            record.msg = self._pattern.sub(r"\1<redacted>", record.msg)
+        return True
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(settings.resolved_database_url)
+        await upgrade_database(engine)
+        app.state.engine = engine
+        app.state.sessions = session_factory(engine)
+        log.info("database ready (%s)", engine.dialect.name)
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Strata",
+        summary="Control plane for distributed TensorFlow training.",
+        version="0.1.0",
+        lifespan=lifespan,
+        # One schema per model: request and response share JobSpec in the OpenAPI document.
+        separate_input_output_schemas=False,
+    )
+    app.state.settings = settings
+    app.state.tokens = TokenRegistry(
+        {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
+    )
+    install_error_handlers(app)
+    for router in (health.router, jobs.router, hosts.router):
+        app.include_router(router)
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).addFilter(RedactTokens())
+    return app

@@ -1,0 +1,167 @@
+"""Client commands: submit jobs, inspect and cancel them, list hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from backend.client import ClientError, StrataClient
+
+console = Console()
+err_console = Console(stderr=True)
+
+ServerOption = Annotated[
+    str | None, typer.Option("--server", envvar="STRATA_SERVER", help="Server URL.")
+]
+TokenOption = Annotated[
+    str | None, typer.Option("--token", envvar="STRATA_TOKEN", help="Admin token.", show_default=False)
+]
+
+
+@contextmanager
+def connect(server: str | None, token: str | None) -> Iterator[StrataClient]:
+    """A client, with the server's refusals printed plainly and turned into exit code 1."""
+    try:
+        with StrataClient(server, token) as client:
+            yield client
+    except ClientError as exc:
+        err_console.print(f"[red]error ({exc.status_code}):[/red] {exc.detail}")
+        for issue in exc.errors:
+            err_console.print(f"  {issue['field'] or '(body)'}: {issue['message']}")
+        raise typer.Exit(1) from None
+    except OSError as exc:  # connection refused, DNS, TLS
+        err_console.print(f"[red]error:[/red] cannot reach the server: {exc}")
+        raise typer.Exit(1) from None
+
+
+def _age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "-"
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(timestamp)).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def _replicas(spec: dict[str, Any]) -> str:
+    counts = spec["replicas"]
+    return " ".join(
+        f"{role}×{counts[role]['count']}"
+        for role in ("chief", "worker", "ps", "evaluator")
+        if counts[role]["count"]
+    )
+
+
+def submit(
+    spec: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Job spec (YAML/JSON).")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Submit a job spec."""
+    with connect(server, token) as client:
+        job = client.submit(spec)
+    console.print(f"job [bold]{job['id']}[/bold] ({job['name']}) submitted: {job['status']}")
+
+
+def jobs_ls(
+    status: Annotated[list[str] | None, typer.Option("--status", "-s", help="Filter by status.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List jobs, newest first."""
+    with connect(server, token) as client:
+        page = client.jobs(statuses=status or [], limit=limit)
+    table = Table("ID", "NAME", "STATUS", "STRATEGY", "REPLICAS", "RESTARTS", "AGE", "REASON")
+    for job in page["items"]:
+        table.add_row(
+            str(job["id"]),
+            job["name"],
+            job["status"],
+            job["strategy"],
+            _replicas(job["spec"]),
+            str(job["restart_count"]),
+            _age(job["created_at"]),
+            job["reason"] or "",
+        )
+    console.print(table)
+    if page["total"] > len(page["items"]):
+        console.print(f"showing {len(page['items'])} of {page['total']}")
+
+
+def jobs_show(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Show a job: status, tasks with their placement, and events."""
+    with connect(server, token) as client:
+        job = client.job(job_id)
+        events = client.events(job_id)
+    console.print(f"[bold]job {job['id']}[/bold] {job['name']} ({job['strategy']})")
+    console.print(f"status: {job['status']}" + (f" — {job['reason']}" if job["reason"] else ""))
+    tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "EXIT")
+    for task in job["tasks"]:
+        tasks.add_row(
+            task["name"],
+            task["status"],
+            task["host"] or "-",
+            str(task["port"] or "-"),
+            ",".join(map(str, task["gpus"])) or "-",
+            str(task["pid"] or "-"),
+            str(task["attempt"]),
+            "-" if task["exit_code"] is None else str(task["exit_code"]),
+        )
+    console.print(tasks)
+    timeline = Table("AT", "EVENT", "TASK", "MESSAGE")
+    for event in events:
+        change = f"{event['from_status']} → {event['to_status']}" if event["to_status"] else ""
+        timeline.add_row(
+            event["at"][11:19], event["kind"] + (f" {change}" if change else ""),
+            event["task"] or "", event["message"] or "",
+        )
+    console.print(timeline)
+
+
+def jobs_cancel(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cancel a job; its tasks are stopped."""
+    with connect(server, token) as client:
+        job = client.cancel(job_id)
+    console.print(f"job {job['id']} is {job['status']}")
+
+
+def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
+    """List the hosts that have joined, with their devices."""
+    with connect(server, token) as client:
+        found = client.hosts()
+    table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "PORTS", "HEARTBEAT")
+    for host in found:
+        devices = ", ".join(f"{d['index']}:{d['name']}" for d in host["devices"]) or "-"
+        low, high = host["port_range"]
+        table.add_row(
+            host["name"], host["address"], host["status"], devices, f"{low}-{high}",
+            f"{host['heartbeat_age_seconds']:.1f}s ago",
+        )
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)
+    app.command()(hosts)
+    jobs = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
+    jobs.command("ls")(jobs_ls)
+    jobs.command("show")(jobs_show)
+    jobs.command("cancel")(jobs_cancel)
+    app.add_typer(jobs, name="jobs")

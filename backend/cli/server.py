@@ -1,0 +1,129 @@
+"""Server-side commands: `strata server`, `strata up`, `strata db upgrade`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+from pydantic import SecretStr
+from rich.console import Console
+
+from backend.app import create_app
+from backend.config import DEFAULT_DATA_DIR, Settings
+from backend.db import create_engine
+from backend.schema import upgrade_database
+
+console = Console()
+
+DbOption = Annotated[
+    str | None,
+    typer.Option("--db", help="Database URL (sqlite:///... or postgresql://...).", show_default=False),
+]
+DataDirOption = Annotated[
+    Path | None, typer.Option("--data-dir", help="Logs, checkpoints and the SQLite file.")
+]
+
+
+def _settings(**overrides: object) -> Settings:
+    """Environment settings, with the command line's explicit options on top."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**given)  # type: ignore[arg-type]
+
+
+def _serve(settings: Settings) -> None:
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        ws="websockets-sansio",
+    )
+    uvicorn.Server(config).run()
+
+
+def server(
+    host: Annotated[str | None, typer.Option(help="Address to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind.")] = None,
+    db: DbOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Run the control plane server (settings from STRATA_* environment variables)."""
+    settings = _settings(host=host, port=port, database_url=db, data_dir=data_dir)
+    if settings.api_token is None or settings.agent_token is None:
+        console.print(
+            "[red]error:[/red] set STRATA_API_TOKEN and STRATA_AGENT_TOKEN "
+            "(or use `strata up`, which makes them)"
+        )
+        raise typer.Exit(2)
+    _serve(settings)
+
+
+def load_or_create_tokens(data_dir: Path) -> dict[str, str]:
+    """The tokens `strata up` uses, kept in the data dir so that a restart keeps them."""
+    path = data_dir / "tokens.json"
+    if path.exists():
+        stored: dict[str, str] = json.loads(path.read_text())
+        return stored
+    tokens = {"api": secrets.token_urlsafe(24), "agent": secrets.token_urlsafe(24)}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(tokens, handle)
+    return tokens
+
+
+def up(
+    port: Annotated[int, typer.Option(help="Port for the API and dashboard.")] = 8000,
+    db: DbOption = None,
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where state lives.")] = DEFAULT_DATA_DIR,
+) -> None:
+    """Run the whole control plane on this machine (SQLite by default)."""
+    data_dir = data_dir.expanduser().resolve()
+    env = Settings()
+    stored = load_or_create_tokens(data_dir)
+    api_token = env.api_token or SecretStr(stored["api"])
+    agent_token = env.agent_token or SecretStr(stored["agent"])
+    settings = _settings(
+        port=port,
+        database_url=db,
+        data_dir=data_dir,
+        api_token=api_token,
+        agent_token=agent_token,
+    )
+    url = f"http://{settings.host}:{settings.port}"
+    console.print(f"[bold]Strata[/bold] on {url}  (data: {data_dir})")
+    console.print(f"  API docs:    {url}/docs")
+    console.print(f"  export STRATA_SERVER={url}")
+    console.print(f"  export STRATA_TOKEN={api_token.get_secret_value()}")
+    console.print("  Ctrl-C stops everything.")
+    _serve(settings)
+
+
+def db_upgrade(db: DbOption = None, data_dir: DataDirOption = None) -> None:
+    """Apply the database migrations (the server also does this when it starts)."""
+    settings = _settings(database_url=db, data_dir=data_dir)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> None:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await upgrade_database(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    console.print("database is up to date")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(server)
+    app.command()(up)
+    db = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+    db.command("upgrade")(db_upgrade)
+    app.add_typer(db, name="db")

@@ -1,0 +1,80 @@
+"""A small client for the REST API, used by the CLI (and handy in scripts)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+class ClientError(Exception):
+    """The server refused a request; the message is the server's own explanation."""
+
+    def __init__(self, status_code: int, detail: str, errors: list[dict[str, str]]) -> None:
+        super().__init__(detail)
+        self.status_code = status_code
+        self.detail = detail
+        self.errors = errors
+
+
+class StrataClient:
+    def __init__(self, server: str | None = None, token: str | None = None) -> None:
+        self.server = (server or os.environ.get("STRATA_SERVER") or DEFAULT_SERVER).rstrip("/")
+        token = token or os.environ.get("STRATA_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> StrataClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.is_error:
+            try:
+                body = response.json()
+            except ValueError:
+                body = {"detail": response.text or response.reason_phrase}
+            raise ClientError(
+                response.status_code, str(body.get("detail")), list(body.get("errors", []))
+            )
+        return response.json()
+
+    def submit(self, spec_path: Path) -> dict[str, Any]:
+        content = spec_path.read_bytes()
+        suffix = spec_path.suffix.lower()
+        content_type = "application/json" if suffix == ".json" else "application/yaml"
+        result: dict[str, Any] = self._request(
+            "POST", "/jobs", content=content, headers={"Content-Type": content_type}
+        )
+        return result
+
+    def jobs(self, *, statuses: list[str], limit: int, offset: int = 0) -> dict[str, Any]:
+        params: dict[str, Any] = {"status": statuses, "limit": limit, "offset": offset}
+        result: dict[str, Any] = self._request("GET", "/jobs", params=params)
+        return result
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("GET", f"/jobs/{job_id}")
+        return result
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("POST", f"/jobs/{job_id}/cancel")
+        return result
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", f"/jobs/{job_id}/events")
+        return result
+
+    def hosts(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/hosts")
+        return result

@@ -1,0 +1,62 @@
+"""Server settings, read once per process from the environment (prefix ``STRATA_``)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path.home() / ".strata"
+
+
+class Settings(BaseSettings):
+    """Everything the server process needs to know about its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="STRATA_", extra="ignore")
+
+    data_dir: Path = Field(default=DEFAULT_DATA_DIR, description="Logs, checkpoints, SQLite file.")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; SQLite under the data dir when unset."
+    )
+    api_token: SecretStr | None = Field(default=None, description="Admin token for REST and CLI.")
+    agent_token: SecretStr | None = Field(default=None, description="Token agents join with.")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    # A host whose agent has been silent this long is marked lost.
+    heartbeat_timeout_seconds: float = Field(default=6.0, gt=0)
+    max_request_bytes: int = Field(default=1 << 20, gt=0)
+    log_level: str = "info"
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute_data_dir(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        """The async SQLAlchemy URL the server connects with."""
+        if self.database_url:
+            return async_database_url(self.database_url)
+        return f"sqlite+aiosqlite:///{self.data_dir / 'strata.db'}"
+
+
+def async_database_url(url: str) -> str:
+    """Map the plain URLs users write to the async drivers the server uses.
+
+    ``postgresql://`` becomes ``postgresql+asyncpg://`` and ``sqlite://`` becomes
+    ``sqlite+aiosqlite://``; URLs that already name a driver are kept as they are.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"database URL {url!r} has no scheme (expected sqlite:// or postgresql://)")
+    if scheme in ("postgresql", "postgres"):
+        return f"postgresql+asyncpg://{rest}"
+    if scheme == "sqlite":
+        return f"sqlite+aiosqlite://{rest}"
+    if scheme in ("postgresql+asyncpg", "sqlite+aiosqlite"):
+        return url
+    raise ValueError(
+        f"database URL scheme {scheme!r} is not supported (expected sqlite:// or postgresql://)"
+    )

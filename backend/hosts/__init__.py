@@ -1,0 +1,1 @@
+"""Hosts: the machines agents run on, and their devices."""

@@ -1,0 +1,173 @@
+"""Host operations. Keyword-only, they flush but never commit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import contains_eager, selectinload
+
+from backend.db import utcnow
+from backend.hosts.models import Device, Host
+from backend.hosts.schemas import (
+    ClusterRead,
+    ClusterTotals,
+    DeviceRead,
+    DeviceUsage,
+    HostRead,
+    HostUsage,
+    TaskRef,
+)
+from backend.jobs.models import Job, Task
+from backend.jobs.states import HostStatus, TaskStatus
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    name: str
+    kind: str = "gpu"
+    uuid: str | None = None
+    memory_mb: int | None = None
+    simulated: bool = False
+
+
+async def register_host(
+    *,
+    session: AsyncSession,
+    name: str,
+    address: str,
+    port_range: tuple[int, int],
+    devices: Sequence[DeviceInfo],
+    agent_version: str | None = None,
+) -> Host:
+    """Create or refresh a host as its agent announces itself; it is online from now."""
+    host = await session.scalar(
+        select(Host).where(Host.name == name).options(selectinload(Host.devices))
+    )
+    now = utcnow()
+    if host is None:
+        host = Host(name=name, registered_at=now, info={})
+        session.add(host)
+    host.address = address
+    host.status = HostStatus.online
+    host.port_range_start, host.port_range_end = port_range
+    host.agent_version = agent_version
+    host.last_heartbeat_at = now
+    host.devices = [
+        Device(
+            index=d.index,
+            kind=d.kind,
+            name=d.name,
+            uuid=d.uuid,
+            memory_mb=d.memory_mb,
+            simulated=d.simulated,
+        )
+        for d in devices
+    ]
+    await session.flush()
+    return host
+
+
+async def list_hosts(*, session: AsyncSession) -> list[Host]:
+    result = await session.scalars(
+        select(Host).options(selectinload(Host.devices)).order_by(Host.name)
+    )
+    return list(result)
+
+
+def host_read(host: Host) -> HostRead:
+    return HostRead(
+        name=host.name,
+        address=host.address,
+        status=host.status,
+        port_range=(host.port_range_start, host.port_range_end),
+        agent_version=host.agent_version,
+        devices=[device_read(d) for d in host.devices],
+        registered_at=host.registered_at,
+        last_heartbeat_at=host.last_heartbeat_at,
+        heartbeat_age_seconds=_age(host),
+    )
+
+
+def device_read(device: Device) -> DeviceRead:
+    return DeviceRead(
+        index=device.index,
+        kind=device.kind,
+        name=device.name,
+        uuid=device.uuid,
+        memory_mb=device.memory_mb,
+        simulated=device.simulated,
+    )
+
+
+async def cluster_view(*, session: AsyncSession) -> ClusterRead:
+    """Every host with its devices and the live tasks that hold them."""
+    hosts = await list_hosts(session=session)
+    live = await session.scalars(
+        select(Task)
+        .join(Task.job)
+        .where(
+            Task.host_id.is_not(None),
+            Task.status.in_([TaskStatus.scheduled, TaskStatus.running]),
+        )
+        .options(contains_eager(Task.job))
+        .order_by(Task.job_id, Task.role, Task.index)
+    )
+    tasks_by_host: dict[int, list[TaskRef]] = defaultdict(list)
+    holder: dict[tuple[int, int], TaskRef] = {}
+    for task in live:
+        assert task.host_id is not None
+        ref = _task_ref(task, task.job)
+        tasks_by_host[task.host_id].append(ref)
+        for gpu in task.gpu_indices or []:
+            holder[(task.host_id, gpu)] = ref
+    usages = [
+        HostUsage(
+            name=host.name,
+            address=host.address,
+            status=host.status,
+            heartbeat_age_seconds=_age(host),
+            devices=[
+                DeviceUsage(**device_read(d).model_dump(), task=holder.get((host.id, d.index)))
+                for d in host.devices
+            ],
+            tasks=tasks_by_host.get(host.id, []),
+        )
+        for host in hosts
+    ]
+    gpus = sum(len(h.devices) for h in usages)
+    return ClusterRead(
+        hosts=usages,
+        totals=ClusterTotals(
+            hosts=len(usages),
+            online_hosts=sum(h.status is HostStatus.online for h in usages),
+            gpus=gpus,
+            free_gpus=sum(
+                1
+                for h in usages
+                if h.status is HostStatus.online
+                for d in h.devices
+                if d.task is None
+            ),
+            live_tasks=sum(len(h.tasks) for h in usages),
+        ),
+    )
+
+
+def _task_ref(task: Task, job: Job) -> TaskRef:
+    return TaskRef(
+        job_id=job.id,
+        job_name=job.name,
+        task=task.name,
+        status=task.status,
+        port=task.port,
+        gpus=list(task.gpu_indices or []),
+    )
+
+
+def _age(host: Host) -> float:
+    return max(0.0, (utcnow() - host.last_heartbeat_at).total_seconds())

@@ -1,0 +1,1 @@
+"""Jobs: the spec users submit, the rows that track them, and their lifecycle."""

@@ -1,0 +1,64 @@
+"""What the API returns for jobs, tasks and events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import JobStatus, TaskStatus
+
+
+class TaskRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str  # "worker:1"
+    role: str
+    index: int
+    status: TaskStatus
+    host: str | None
+    port: int | None
+    gpus: list[int]
+    pid: int | None
+    attempt: int
+    exit_code: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobRead(BaseModel):
+    id: int
+    name: str
+    status: JobStatus
+    reason: str | None
+    strategy: str
+    priority: int
+    restart_count: int
+    spec: JobSpec
+    tasks: list[TaskRead]
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobPage(BaseModel):
+    items: list[JobRead]
+    total: int
+    limit: int
+    offset: int
+
+
+class JobEventRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    at: datetime
+    kind: str
+    task: str | None
+    from_status: str | None
+    to_status: str | None
+    message: str | None
+    data: dict[str, Any]

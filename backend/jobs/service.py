@@ -1,0 +1,129 @@
+"""Job operations. Keyword-only, they flush but never commit: the caller owns the transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from backend.errors import NotFound
+from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.models import Job, JobEvent, Task
+from backend.jobs.schemas import JobRead, TaskRead
+from backend.jobs.spec import ROLES, JobSpec
+from backend.jobs.states import JobStatus, TaskStatus
+
+
+async def create_job(*, session: AsyncSession, spec: JobSpec) -> Job:
+    """Store a validated job as pending, with one pending task per replica."""
+    job = Job(
+        name=spec.name,
+        strategy=spec.strategy,
+        status=JobStatus.pending,
+        reason="waiting to be placed",
+        spec=spec.model_dump(mode="json"),
+        priority=spec.priority,
+        tasks=[
+            Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[])
+            for role in ROLES
+            for index in range(spec.replicas.of(role).count)
+        ],
+    )
+    session.add(job)
+    await session.flush()
+    await record_event(
+        session=session, job=job, kind="created", message=f"submitted with {len(job.tasks)} tasks"
+    )
+    return job
+
+
+def _with_tasks() -> tuple[object, ...]:
+    return (selectinload(Job.tasks).joinedload(Task.host),)
+
+
+async def get_job(*, session: AsyncSession, job_id: int, for_update: bool = False) -> Job:
+    statement = select(Job).where(Job.id == job_id).options(*_with_tasks())
+    if for_update:
+        statement = statement.with_for_update()
+    job = (await session.execute(statement)).scalar_one_or_none()
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return job
+
+
+async def list_jobs(
+    *,
+    session: AsyncSession,
+    statuses: Sequence[JobStatus] = (),
+    name: str | None = None,
+    limit: int,
+    offset: int,
+) -> tuple[list[Job], int]:
+    """A page of jobs, newest first, and the total that match the filters."""
+    filters = []
+    if statuses:
+        filters.append(Job.status.in_(statuses))
+    if name:
+        filters.append(Job.name == name)
+    total = await session.scalar(select(func.count(Job.id)).where(*filters))
+    page = await session.scalars(
+        select(Job)
+        .where(*filters)
+        .options(*_with_tasks())
+        .order_by(Job.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(page), int(total or 0)
+
+
+async def cancel_job(*, session: AsyncSession, job: Job, reason: str = "cancelled by request") -> Job:
+    """Cancel an active job; its live tasks are stopped by the reconcile loop."""
+    await transition_job(session=session, job=job, to=JobStatus.cancelled, reason=reason)
+    return job
+
+
+async def job_events(*, session: AsyncSession, job_id: int, after_id: int = 0) -> list[JobEvent]:
+    result = await session.scalars(
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.id > after_id)
+        .order_by(JobEvent.id)
+    )
+    return list(result)
+
+
+def job_read(job: Job) -> JobRead:
+    return JobRead(
+        id=job.id,
+        name=job.name,
+        status=job.status,
+        reason=job.reason,
+        strategy=job.strategy,
+        priority=job.priority,
+        restart_count=job.restart_count,
+        spec=JobSpec.model_validate(job.spec, strict=False),
+        tasks=[task_read(task) for task in job.tasks],
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+    )
+
+
+def task_read(task: Task) -> TaskRead:
+    return TaskRead(
+        name=task.name,
+        role=task.role,
+        index=task.index,
+        status=task.status,
+        host=task.host.name if task.host else None,
+        port=task.port,
+        gpus=list(task.gpu_indices or []),
+        pid=task.pid,
+        attempt=task.attempt,
+        exit_code=task.exit_code,
+        started_at=task.started_at,
+        finished_at=task.finished_at,
+    )

@@ -1,0 +1,268 @@
+"""The job spec: what a user submits, validated strictly before anything is stored.
+
+Parsing is strict (no "5" for 5) and closed (unknown fields are errors), and every problem
+is reported against the dotted path of the field it concerns, so that a user, the CLI and the
+dashboard can show the message beside the offending line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
+
+Strategy = Literal["mirrored", "multi_worker_mirrored", "parameter_server"]
+Role = Literal["chief", "worker", "ps", "evaluator"]
+ROLES: tuple[Role, ...] = get_args(Role)
+# The roles that form the TensorFlow training cluster; the evaluator stays outside it.
+TRAINING_ROLES: tuple[Role, ...] = ("chief", "worker", "ps")
+
+MAX_TASKS_PER_ROLE = 256
+MAX_GPUS_PER_TASK = 16
+MAX_TASKS_PER_JOB = 512
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# Set by the agent for every task; a job may not override them.
+RESERVED_ENV = frozenset(
+    {"TF_CONFIG", "CUDA_VISIBLE_DEVICES", "GRPC_FAIL_FAST", "STRATA_SERVER", "STRATA_JOB_ID",
+     "STRATA_TASK", "STRATA_TASK_TOKEN", "STRATA_CHECKPOINT_DIR"}
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _relative_path(value: str, what: str) -> str:
+    """A path that stays under the root it is resolved against: relative, no '..', no NUL."""
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL bytes")
+    path = PurePosixPath(value)
+    if path.is_absolute():
+        raise ValueError(f"{what} must be relative to the agent's workspace, got {value!r}")
+    if ".." in path.parts:
+        raise ValueError(f"{what} must not contain '..', got {value!r}")
+    return value
+
+
+class ReplicaSpec(_Strict):
+    count: Annotated[int, Field(ge=0, le=MAX_TASKS_PER_ROLE)] = 0
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_TASK, description="GPUs per task.")] = 0
+
+
+class Replicas(_Strict):
+    chief: ReplicaSpec = ReplicaSpec()
+    worker: ReplicaSpec = ReplicaSpec()
+    ps: ReplicaSpec = ReplicaSpec()
+    evaluator: ReplicaSpec = ReplicaSpec()
+
+    def of(self, role: Role) -> ReplicaSpec:
+        spec: ReplicaSpec = getattr(self, role)
+        return spec
+
+
+class CheckpointPolicy(_Strict):
+    dir: str | None = Field(
+        default=None, description="Relative to the checkpoint root; a per-job dir when null."
+    )
+    every_epochs: Annotated[int, Field(ge=1, le=1_000_000)] | None = 1
+    every_seconds: Annotated[float, Field(gt=0, le=86_400 * 7)] | None = None
+    keep: Annotated[int, Field(ge=1, le=1000, description="Checkpoints kept (latest).")] = 5
+
+    @field_validator("dir")
+    @classmethod
+    def _confined(cls, value: str | None) -> str | None:
+        return None if value is None else _relative_path(value, "checkpoint dir")
+
+
+class RestartPolicy(_Strict):
+    policy: Literal["never", "on_failure", "exit_code"] = "on_failure"
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    backoff_seconds: Annotated[float, Field(ge=0, le=3600)] = 2.0
+
+
+class JobSpec(_Strict):
+    """A distributed TensorFlow training job."""
+
+    name: str = Field(description="Short and safe: letters, digits, '.', '_' and '-'.")
+    strategy: Strategy
+    entrypoint: list[str] = Field(min_length=1, max_length=256, description="argv, no shell.")
+    working_dir: str = "."
+    env: dict[str, str] = Field(default_factory=dict, max_length=256)
+    replicas: Replicas
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    restart: RestartPolicy = RestartPolicy()
+    priority: Annotated[int, Field(ge=-100, le=100, description="Higher is placed first.")] = 0
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not NAME_PATTERN.fullmatch(value):
+            raise ValueError(
+                "must be 1-63 characters of letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit; got {value!r}"
+            )
+        return value
+
+    @field_validator("entrypoint", mode="before")
+    @classmethod
+    def _argv_not_shell(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError(
+                "must be an argv list such as [python, train.py, --epochs, '5'], "
+                "not a shell string"
+            )
+        return value
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _argv_items(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("argv[0] (the program) must not be empty")
+        for position, arg in enumerate(value):
+            if "\x00" in arg:
+                raise ValueError(f"argv[{position}] contains a NUL byte")
+            if len(arg) > 4096:
+                raise ValueError(f"argv[{position}] is longer than 4096 characters")
+        return value
+
+    @field_validator("working_dir")
+    @classmethod
+    def _confined_working_dir(cls, value: str) -> str:
+        return _relative_path(value, "working_dir")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not ENV_KEY_PATTERN.fullmatch(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by Strata for every task and cannot be overridden")
+            if "\x00" in item or len(item) > 32_768:
+                raise ValueError(f"the value of {key} has a NUL byte or is over 32768 characters")
+        return value
+
+    def task_count(self, *, include_evaluator: bool = True) -> int:
+        roles = ROLES if include_evaluator else TRAINING_ROLES
+        return sum(self.replicas.of(role).count for role in roles)
+
+
+def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
+    """The rules that tie replica counts to the strategy (ARCHITECTURE §3)."""
+    r = spec.replicas
+    issues: list[FieldIssue] = []
+
+    def need(ok: bool, role: Role, message: str) -> None:
+        if not ok:
+            issues.append(FieldIssue(f"replicas.{role}.count", message))
+
+    if spec.strategy == "parameter_server":
+        need(r.chief.count == 1, "chief", "parameter_server needs exactly one chief (the coordinator)")
+        need(r.worker.count >= 1, "worker", "parameter_server needs at least one worker")
+        need(r.ps.count >= 1, "ps", "parameter_server needs at least one ps")
+    elif spec.strategy == "multi_worker_mirrored":
+        need(r.worker.count >= 1, "worker", "multi_worker_mirrored needs at least one worker")
+        need(r.ps.count == 0, "ps", "multi_worker_mirrored takes no ps")
+        need(r.chief.count <= 1, "chief", "multi_worker_mirrored takes at most one chief")
+    else:
+        need(r.ps.count == 0, "ps", "mirrored takes no ps")
+        if r.chief.count + r.worker.count != 1:
+            issues.append(
+                FieldIssue(
+                    "replicas",
+                    "mirrored is exactly one task: one chief or one worker, "
+                    f"got {r.chief.count} chief and {r.worker.count} worker",
+                )
+            )
+    need(r.evaluator.count <= 1, "evaluator", "at most one sidecar evaluator")
+    if spec.task_count() > MAX_TASKS_PER_JOB:
+        issues.append(
+            FieldIssue("replicas", f"a job has at most {MAX_TASKS_PER_JOB} tasks, got {spec.task_count()}")
+        )
+    return issues
+
+
+def validate_spec(data: object) -> JobSpec:
+    """Validate a parsed document, raising InvalidInput with every problem found."""
+    if not isinstance(data, dict):
+        raise InvalidInput(
+            [FieldIssue("", f"a job spec must be a mapping of fields, got {type(data).__name__}")]
+        )
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput([_issue_from_pydantic(err) for err in exc.errors()]) from None
+    issues = strategy_issues(spec)
+    if issues:
+        raise InvalidInput(issues)
+    return spec
+
+
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+
+
+def parse_spec_document(body: bytes, content_type: str | None) -> object:
+    """Turn a request body into a document: JSON by default, YAML when the type says so."""
+    media_type = (content_type or "application/json").split(";")[0].strip().lower()
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput([FieldIssue("", "the body is not valid UTF-8")]) from None
+    if media_type in YAML_TYPES:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidInput([FieldIssue("", f"the body is not valid YAML: {exc}")]) from None
+    if media_type == "application/json" or media_type.endswith("+json"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput([FieldIssue("", f"the body is not valid JSON: {exc}")]) from None
+    raise UnsupportedMediaType(
+        f"content type {media_type!r} is not accepted; send application/json or application/yaml"
+    )
+
+
+def _issue_from_pydantic(err: Any) -> FieldIssue:
+    loc = tuple(err["loc"])
+    message = str(err["msg"])
+    if err["type"] == "extra_forbidden":
+        allowed = _fields_at(loc[:-1])
+        message = f"unknown field; expected one of: {', '.join(allowed)}" if allowed else "unknown field"
+    elif err["type"] == "missing":
+        message = "this field is required"
+    elif message.startswith("Value error, "):
+        message = message.removeprefix("Value error, ")
+    return FieldIssue(dotted(loc), message)
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The field names a (nested) model at loc accepts, for 'unknown field' messages."""
+    model: Any = JobSpec
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) is not None:
+        for arg in get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,10 @@
+"""Every table, imported in one place so that metadata (and Alembic) sees them all."""
+
+from __future__ import annotations
+
+from backend.db import Base
+from backend.hosts.models import Device, Host
+from backend.jobs.models import Checkpoint, Job, JobEvent, Task
+from backend.streams.models import MetricPoint
+
+__all__ = ["Base", "Checkpoint", "Device", "Host", "Job", "JobEvent", "MetricPoint", "Task"]

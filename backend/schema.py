@@ -1,0 +1,42 @@
+"""Bringing a database's schema up to date (or down) with the project's Alembic migrations."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+# Migration files are named by date and slug, e.g. 20261122_initial_schema.py.
+FILE_TEMPLATE = "%%(year)d%%(month).2d%%(day).2d_%%(slug)s"
+
+
+def alembic_config(url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", "backend:migrations")
+    config.set_main_option("file_template", FILE_TEMPLATE)
+    if url:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def _upgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+async def upgrade_database(engine: AsyncEngine, revision: str = "head") -> None:
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade, revision)
+
+
+async def downgrade_database(engine: AsyncEngine, revision: str) -> None:
+    async with engine.begin() as connection:
+        await connection.run_sync(_downgrade, revision)

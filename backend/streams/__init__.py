@@ -1,0 +1,1 @@
+"""Live streams: metric and log ingest, and fan-out to subscribers."""

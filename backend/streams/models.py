@@ -1,0 +1,31 @@
+"""Metric points as stored: one row per scalar, idempotent per (job, task, attempt, seq)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from backend.db import Base, UTCDateTime
+
+BigId = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements INTEGER only
+
+
+class MetricPoint(Base):
+    __tablename__ = "metric_points"
+    __table_args__ = (
+        # A resent batch carries the same sequence numbers and so inserts nothing new.
+        UniqueConstraint("job_id", "task", "attempt", "seq"),
+        Index("ix_metric_points_job_name_step", "job_id", "name", "step"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    task: Mapped[str] = mapped_column(String(32))
+    attempt: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(String(128))
+    step: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float] = mapped_column(Float)
+    wall_time: Mapped[datetime] = mapped_column(UTCDateTime)
