@@ -21,6 +21,13 @@ class ClientError(Exception):
         self.errors = errors
 
 
+class ServerUnreachable(Exception):
+    """No answer from the server: refused, timed out, or a TLS or DNS failure."""
+
+    def __init__(self, server: str, cause: Exception) -> None:
+        super().__init__(f"{server}: {cause or type(cause).__name__}")
+
+
 class StrataClient:
     def __init__(self, server: str | None = None, token: str | None = None) -> None:
         self.server = (server or os.environ.get("STRATA_SERVER") or DEFAULT_SERVER).rstrip("/")
@@ -38,7 +45,10 @@ class StrataClient:
         self.close()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.server, exc) from exc
         if response.is_error:
             try:
                 body = response.json()

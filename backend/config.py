@@ -50,7 +50,9 @@ def async_database_url(url: str) -> str:
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise ValueError(f"database URL {url!r} has no scheme (expected sqlite:// or postgresql://)")
+        raise ValueError(
+            f"database URL {url!r} has no scheme (expected sqlite:// or postgresql://)"
+        )
     if scheme in ("postgresql", "postgres"):
         return f"postgresql+asyncpg://{rest}"
     if scheme == "sqlite":

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from backend.client import ClientError, StrataClient
+from backend.client import ClientError, ServerUnreachable, StrataClient
 
 console = Console()
 err_console = Console(stderr=True)
@@ -21,7 +22,8 @@ ServerOption = Annotated[
     str | None, typer.Option("--server", envvar="STRATA_SERVER", help="Server URL.")
 ]
 TokenOption = Annotated[
-    str | None, typer.Option("--token", envvar="STRATA_TOKEN", help="Admin token.", show_default=False)
+    str | None,
+    typer.Option("--token", envvar="STRATA_TOKEN", help="Admin token.", show_default=False),
 ]
 
 
@@ -32,12 +34,16 @@ def connect(server: str | None, token: str | None) -> Iterator[StrataClient]:
         with StrataClient(server, token) as client:
             yield client
     except ClientError as exc:
-        err_console.print(f"[red]error ({exc.status_code}):[/red] {exc.detail}")
-        for issue in exc.errors:
-            err_console.print(f"  {issue['field'] or '(body)'}: {issue['message']}")
+        # Server messages quote specs ("[python, train.py]"): never read them as markup.
+        if exc.errors:
+            err_console.print(f"[red]error ({exc.status_code}):[/red] the request was invalid")
+            for issue in exc.errors:
+                err_console.print(escape(f"  {issue['field'] or '(body)'}: {issue['message']}"))
+        else:
+            err_console.print(f"[red]error ({exc.status_code}):[/red] {escape(exc.detail)}")
         raise typer.Exit(1) from None
-    except OSError as exc:  # connection refused, DNS, TLS
-        err_console.print(f"[red]error:[/red] cannot reach the server: {exc}")
+    except ServerUnreachable as exc:
+        err_console.print(f"[red]error:[/red] cannot reach the server: {escape(str(exc))}")
         raise typer.Exit(1) from None
 
 
@@ -53,15 +59,17 @@ def _age(timestamp: str | None) -> str:
 
 def _replicas(spec: dict[str, Any]) -> str:
     counts = spec["replicas"]
-    return " ".join(
-        f"{role}×{counts[role]['count']}"
+    return ", ".join(
+        f"{counts[role]['count']} {role}"
         for role in ("chief", "worker", "ps", "evaluator")
         if counts[role]["count"]
     )
 
 
 def submit(
-    spec: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Job spec (YAML/JSON).")],
+    spec: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="Job spec (YAML/JSON).")
+    ],
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -72,7 +80,9 @@ def submit(
 
 
 def jobs_ls(
-    status: Annotated[list[str] | None, typer.Option("--status", "-s", help="Filter by status.")] = None,
+    status: Annotated[
+        list[str] | None, typer.Option("--status", "-s", help="Filter by status.")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     server: ServerOption = None,
     token: TokenOption = None,
@@ -125,8 +135,10 @@ def jobs_show(
     for event in events:
         change = f"{event['from_status']} → {event['to_status']}" if event["to_status"] else ""
         timeline.add_row(
-            event["at"][11:19], event["kind"] + (f" {change}" if change else ""),
-            event["task"] or "", event["message"] or "",
+            event["at"][11:19],
+            event["kind"] + (f" {change}" if change else ""),
+            event["task"] or "",
+            event["message"] or "",
         )
     console.print(timeline)
 
@@ -151,7 +163,11 @@ def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
         devices = ", ".join(f"{d['index']}:{d['name']}" for d in host["devices"]) or "-"
         low, high = host["port_range"]
         table.add_row(
-            host["name"], host["address"], host["status"], devices, f"{low}-{high}",
+            host["name"],
+            host["address"],
+            host["status"],
+            devices,
+            f"{low}-{high}",
             f"{host['heartbeat_age_seconds']:.1f}s ago",
         )
     console.print(table)

@@ -23,7 +23,9 @@ console = Console()
 
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", help="Database URL (sqlite:///... or postgresql://...).", show_default=False),
+    typer.Option(
+        "--db", help="Database URL (sqlite:///... or postgresql://...).", show_default=False
+    ),
 ]
 DataDirOption = Annotated[
     Path | None, typer.Option("--data-dir", help="Logs, checkpoints and the SQLite file.")
@@ -81,7 +83,9 @@ def load_or_create_tokens(data_dir: Path) -> dict[str, str]:
 def up(
     port: Annotated[int, typer.Option(help="Port for the API and dashboard.")] = 8000,
     db: DbOption = None,
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where state lives.")] = DEFAULT_DATA_DIR,
+    data_dir: Annotated[
+        Path, typer.Option("--data-dir", help="Where state lives.")
+    ] = DEFAULT_DATA_DIR,
 ) -> None:
     """Run the whole control plane on this machine (SQLite by default)."""
     data_dir = data_dir.expanduser().resolve()

@@ -57,19 +57,23 @@ async def register_host(
     host.port_range_start, host.port_range_end = port_range
     host.agent_version = agent_version
     host.last_heartbeat_at = now
-    host.devices = [
-        Device(
-            index=d.index,
-            kind=d.kind,
-            name=d.name,
-            uuid=d.uuid,
-            memory_mb=d.memory_mb,
-            simulated=d.simulated,
-        )
-        for d in devices
-    ]
+    _sync_devices(host, devices)
     await session.flush()
     return host
+
+
+def _sync_devices(host: Host, announced: Sequence[DeviceInfo]) -> None:
+    """Update the host's devices in place, by CUDA index, to what the agent announced."""
+    existing = {device.index: device for device in host.devices}
+    wanted = {info.index for info in announced}
+    for device in [d for d in host.devices if d.index not in wanted]:
+        host.devices.remove(device)
+    for info in announced:
+        device = existing.get(info.index) or Device(index=info.index)
+        if device not in host.devices:
+            host.devices.append(device)
+        device.kind, device.name, device.uuid = info.kind, info.name, info.uuid
+        device.memory_mb, device.simulated = info.memory_mb, info.simulated
 
 
 async def list_hosts(*, session: AsyncSession) -> list[Host]:

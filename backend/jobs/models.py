@@ -42,8 +42,9 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+    # Tasks are created chief, workers, ps, evaluator; id order is that display order.
     tasks: Mapped[list[Task]] = relationship(
-        back_populates="job", cascade="all, delete-orphan", order_by="(Task.role, Task.index)"
+        back_populates="job", cascade="all, delete-orphan", order_by="Task.id"
     )
     events: Mapped[list[JobEvent]] = relationship(
         back_populates="job", cascade="all, delete-orphan", order_by="JobEvent.id"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
+from sqlalchemy.sql.base import ExecutableOption
 
 from backend.errors import NotFound
 from backend.jobs.lifecycle import record_event, transition_job
@@ -39,7 +40,7 @@ async def create_job(*, session: AsyncSession, spec: JobSpec) -> Job:
     return job
 
 
-def _with_tasks() -> tuple[object, ...]:
+def _with_tasks() -> tuple[ExecutableOption, ...]:
     return (selectinload(Job.tasks).joinedload(Task.host),)
 
 
@@ -62,7 +63,7 @@ async def list_jobs(
     offset: int,
 ) -> tuple[list[Job], int]:
     """A page of jobs, newest first, and the total that match the filters."""
-    filters = []
+    filters: list[ColumnElement[bool]] = []
     if statuses:
         filters.append(Job.status.in_(statuses))
     if name:
@@ -79,7 +80,9 @@ async def list_jobs(
     return list(page), int(total or 0)
 
 
-async def cancel_job(*, session: AsyncSession, job: Job, reason: str = "cancelled by request") -> Job:
+async def cancel_job(
+    *, session: AsyncSession, job: Job, reason: str = "cancelled by request"
+) -> Job:
     """Cancel an active job; its live tasks are stopped by the reconcile loop."""
     await transition_job(session=session, job=job, to=JobStatus.cancelled, reason=reason)
     return job

@@ -31,8 +31,16 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Set by the agent for every task; a job may not override them.
 RESERVED_ENV = frozenset(
-    {"TF_CONFIG", "CUDA_VISIBLE_DEVICES", "GRPC_FAIL_FAST", "STRATA_SERVER", "STRATA_JOB_ID",
-     "STRATA_TASK", "STRATA_TASK_TOKEN", "STRATA_CHECKPOINT_DIR"}
+    {
+        "TF_CONFIG",
+        "CUDA_VISIBLE_DEVICES",
+        "GRPC_FAIL_FAST",
+        "STRATA_SERVER",
+        "STRATA_JOB_ID",
+        "STRATA_TASK",
+        "STRATA_TASK_TOKEN",
+        "STRATA_CHECKPOINT_DIR",
+    }
 )
 
 
@@ -116,8 +124,7 @@ class JobSpec(_Strict):
     def _argv_not_shell(cls, value: Any) -> Any:
         if isinstance(value, str):
             raise ValueError(
-                "must be an argv list such as [python, train.py, --epochs, '5'], "
-                "not a shell string"
+                "must be an argv list such as [python, train.py, --epochs, '5'], not a shell string"
             )
         return value
 
@@ -165,7 +172,11 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
             issues.append(FieldIssue(f"replicas.{role}.count", message))
 
     if spec.strategy == "parameter_server":
-        need(r.chief.count == 1, "chief", "parameter_server needs exactly one chief (the coordinator)")
+        need(
+            r.chief.count == 1,
+            "chief",
+            "parameter_server needs exactly one chief (the coordinator)",
+        )
         need(r.worker.count >= 1, "worker", "parameter_server needs at least one worker")
         need(r.ps.count >= 1, "ps", "parameter_server needs at least one ps")
     elif spec.strategy == "multi_worker_mirrored":
@@ -185,7 +196,9 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
     need(r.evaluator.count <= 1, "evaluator", "at most one sidecar evaluator")
     if spec.task_count() > MAX_TASKS_PER_JOB:
         issues.append(
-            FieldIssue("replicas", f"a job has at most {MAX_TASKS_PER_JOB} tasks, got {spec.task_count()}")
+            FieldIssue(
+                "replicas", f"a job has at most {MAX_TASKS_PER_JOB} tasks, got {spec.task_count()}"
+            )
         )
     return issues
 
@@ -236,7 +249,9 @@ def _issue_from_pydantic(err: Any) -> FieldIssue:
     message = str(err["msg"])
     if err["type"] == "extra_forbidden":
         allowed = _fields_at(loc[:-1])
-        message = f"unknown field; expected one of: {', '.join(allowed)}" if allowed else "unknown field"
+        message = (
+            f"unknown field; expected one of: {', '.join(allowed)}" if allowed else "unknown field"
+        )
     elif err["type"] == "missing":
         message = "this field is required"
     elif message.startswith("Value error, "):

@@ -1,0 +1,88 @@
+"""Every route but /healthz needs a token, and only a token of the right kind."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr
+
+from backend.auth import Principal, TokenKind, TokenRegistry
+from tests.conftest import AGENT_TOKEN, Api
+
+# Every REST route, with a body that would be valid for it.
+ROUTES: list[tuple[str, str]] = [
+    ("POST", "/jobs"),
+    ("GET", "/jobs"),
+    ("GET", "/jobs/1"),
+    ("POST", "/jobs/1/cancel"),
+    ("GET", "/jobs/1/events"),
+    ("GET", "/hosts"),
+    ("GET", "/cluster"),
+]
+
+
+async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
+    schema = (await api.http.get("/openapi.json")).json()
+    documented = {
+        (method.upper(), path)
+        for path, operations in schema["paths"].items()
+        for method in operations
+        if path != "/healthz"
+    }
+    assert documented == {(m, p.replace("/1", "/{job_id}")) for m, p in ROUTES}
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            assert (operation.get("security") is None) == (path == "/healthz"), path
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_no_token_is_401(api: Api, method: str, path: str) -> None:
+    response = await api.http.request(method, path, headers={"Authorization": ""})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert "missing bearer token" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_wrong_token_is_401(api: Api, method: str, path: str) -> None:
+    response = await api.http.request(
+        method, path, headers={"Authorization": "Bearer not-a-real-token"}
+    )
+    assert response.status_code == 401
+    assert response.json()["detail"] == "invalid bearer token"
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_agent_token_is_403(api: Api, method: str, path: str) -> None:
+    response = await api.http.request(
+        method, path, headers={"Authorization": f"Bearer {AGENT_TOKEN}"}
+    )
+    assert response.status_code == 403
+    assert "needs a token of kind admin" in response.json()["detail"]
+    assert "kind agent was given" in response.json()["detail"]
+
+
+async def test_basic_scheme_is_not_a_bearer_token(api: Api) -> None:
+    response = await api.http.get("/jobs", headers={"Authorization": "Basic YWRtaW46YWRtaW4="})
+    assert response.status_code == 401
+
+
+async def test_healthz_needs_no_token(api: Api) -> None:
+    response = await api.http.get("/healthz", headers={"Authorization": ""})
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+    assert response.json()["database"] in ("sqlite", "postgresql")
+
+
+def test_registry_identifies_each_kind_and_nothing_else() -> None:
+    registry = TokenRegistry(
+        {TokenKind.admin: SecretStr("a" * 32), TokenKind.agent: SecretStr("b" * 32)}
+    )
+    assert registry.identify("a" * 32) == Principal(TokenKind.admin)
+    assert registry.identify("b" * 32) == Principal(TokenKind.agent)
+    assert registry.identify("a" * 31) is None
+    assert registry.identify("") is None
+
+
+def test_unset_or_empty_tokens_admit_nobody() -> None:
+    registry = TokenRegistry({TokenKind.admin: SecretStr(""), TokenKind.agent: None})
+    assert registry.identify("") is None

@@ -1,0 +1,107 @@
+"""The `strata` client commands against a real server process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
+from tests.support.factories import make_spec
+from tests.support.processes import STRATA, strata_server
+
+TOKENS = {"STRATA_API_TOKEN": ADMIN_TOKEN, "STRATA_AGENT_TOKEN": AGENT_TOKEN}
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with strata_server(tmp_path_factory.mktemp("cli") / "data", TOKENS) as url:
+        yield url
+
+
+def strata(
+    *args: str, url: str, token: str | None = ADMIN_TOKEN
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STRATA_SERVER": url, "COLUMNS": "200"}
+    env.pop("STRATA_TOKEN", None)
+    if token is not None:
+        env["STRATA_TOKEN"] = token
+    return subprocess.run([*STRATA, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_submit_list_show_cancel(server_url: str) -> None:
+    submitted = strata("submit", "examples/digits_ps.yaml", url=server_url)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "submitted: pending" in submitted.stdout
+    job_id = submitted.stdout.split()[1]
+
+    listed = strata("jobs", "ls", url=server_url)
+    assert listed.returncode == 0
+    row = next(line for line in listed.stdout.splitlines() if f" {job_id} " in f" {line} ")
+    assert "digits-ps" in row and "pending" in row and "2 worker" in row
+
+    shown = strata("jobs", "show", job_id, url=server_url)
+    assert shown.returncode == 0
+    assert "worker:1" in shown.stdout and "ps:0" in shown.stdout and "created" in shown.stdout
+
+    cancelled = strata("jobs", "cancel", job_id, url=server_url)
+    assert cancelled.returncode == 0
+    assert f"job {job_id} is cancelled" in cancelled.stdout
+
+    again = strata("jobs", "cancel", job_id, url=server_url)
+    assert again.returncode == 1
+    assert "error (409)" in again.stderr and "cannot become cancelled" in again.stderr
+
+    only_pending = strata("jobs", "ls", "--status", "pending", url=server_url)
+    assert f" {job_id} " not in only_pending.stdout
+
+
+def test_bad_spec_prints_each_field(server_url: str, tmp_path: Path) -> None:
+    import yaml
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(make_spec(entrypoint="python train.py", name="a/b")))
+    result = strata("submit", str(bad), url=server_url)
+    assert result.returncode == 1
+    assert "error (422)" in result.stderr
+    assert "entrypoint: must be an argv list such as [python, train.py," in result.stderr
+    assert "name: must be 1-63 characters" in result.stderr
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(make_spec(replicas={"chief": {"count": 1}})))
+    result = strata("submit", str(rules), url=server_url)
+    assert "replicas.worker.count: parameter_server needs at least one worker" in result.stderr
+    assert "replicas.ps.count: parameter_server needs at least one ps" in result.stderr
+
+
+def test_auth_errors_are_explained(server_url: str) -> None:
+    no_token = strata("jobs", "ls", url=server_url, token=None)
+    assert no_token.returncode == 1 and "missing bearer token" in no_token.stderr
+    agent = strata("submit", "examples/digits_ps.yaml", url=server_url, token=AGENT_TOKEN)
+    assert agent.returncode == 1 and "error (403)" in agent.stderr
+
+
+def test_hosts_and_unknown_job(server_url: str) -> None:
+    hosts = strata("hosts", url=server_url)
+    assert hosts.returncode == 0 and "NAME" in hosts.stdout
+    missing = strata("jobs", "show", "99999", url=server_url)
+    assert missing.returncode == 1 and "job 99999 does not exist" in missing.stderr
+
+
+def test_unreachable_server_is_a_clear_error() -> None:
+    result = strata("jobs", "ls", url="http://127.0.0.1:9")
+    assert result.returncode == 1
+    assert "cannot reach the server" in result.stderr
+
+
+def test_server_refuses_to_start_without_tokens(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    env["STRATA_DATA_DIR"] = str(tmp_path)
+    result = subprocess.run(
+        [*STRATA, "server"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "STRATA_API_TOKEN" in result.stdout

@@ -1,0 +1,113 @@
+"""Fixtures shared by every test: databases (SQLite and PostgreSQL), the app, and clients."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from pydantic import SecretStr
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from backend.app import create_app
+from backend.config import Settings
+from tests.support.postgres import find_bindir, running_postgres
+from tests.support.strict import STRICT, missing_dependency
+
+ADMIN_TOKEN = "admin-token-for-tests"
+AGENT_TOKEN = "agent-token-for-tests"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under STRATA_TEST_STRICT=1 a skip of any kind is a failure: CI must run everything."""
+    outcome = yield
+    report = outcome.get_result()
+    if STRICT and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under STRATA_TEST_STRICT=1: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    """A PostgreSQL server for this test session: an existing one by URL, or a fresh one."""
+    import os
+
+    existing = os.environ.get("STRATA_TEST_POSTGRES_URL")
+    if existing:
+        yield existing
+        return
+    bindir = find_bindir()
+    if bindir is None:
+        missing_dependency("no PostgreSQL server binaries (apt-get install postgresql)")
+    with running_postgres(bindir) as url:
+        yield url
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+@pytest.fixture
+async def postgres_url(postgres_admin_url: str) -> AsyncIterator[str]:
+    """A fresh, empty database on the test server, dropped afterwards."""
+    name = f"strata_test_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(_asyncpg_dsn(postgres_admin_url))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    base = postgres_admin_url.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    admin = await asyncpg.connect(_asyncpg_dsn(postgres_admin_url))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every test that takes this runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'strata.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def make_settings(database_url: str, data_dir: Path, **overrides: object) -> Settings:
+    return Settings(
+        database_url=database_url,
+        data_dir=data_dir,
+        api_token=SecretStr(ADMIN_TOKEN),
+        agent_token=SecretStr(AGENT_TOKEN),
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class Api:
+    """An HTTP client on the app, plus a way to reach its database directly."""
+
+    http: httpx.AsyncClient
+    app: object
+
+    def session(self) -> AsyncSession:
+        return self.app.state.sessions()  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    app = create_app(make_settings(database_url, tmp_path / "data"))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://strata.test",
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        ) as http:
+            yield Api(http=http, app=app)
