@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -9,12 +11,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from backend.api import health, hosts, jobs
+from backend.api import agent_channel, health, hosts, jobs, tasks
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.errors import install_error_handlers
+from backend.scheduling.controller import Controller
+from backend.scheduling.hub import AgentHub
 from backend.schema import upgrade_database
+from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +50,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await upgrade_database(engine)
         app.state.engine = engine
         app.state.sessions = session_factory(engine)
+        app.state.hub = AgentHub()
+        app.state.controller = Controller(
+            settings=settings,
+            sessions=app.state.sessions,
+            hub=app.state.hub,
+            tokens=app.state.tokens,
+            logs=LogStore(settings.data_dir / "logs", settings.log_bytes_per_task),
+        )
         log.info("database ready (%s)", engine.dialect.name)
+        controller_task = asyncio.create_task(app.state.controller.run(), name="controller")
         try:
             yield
         finally:
+            controller_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await controller_task
+            await app.state.hub.close_all()
             await engine.dispose()
 
     app = FastAPI(
@@ -64,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
     )
     install_error_handlers(app)
-    for router in (health.router, jobs.router, hosts.router):
+    for router in (health.router, jobs.router, tasks.router, hosts.router, agent_channel.router):
         app.include_router(router)
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(RedactTokens())

@@ -6,7 +6,9 @@ which token matched nor how much of one did) and are never logged.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -16,11 +18,13 @@ from pydantic import SecretStr
 class TokenKind(StrEnum):
     admin = "admin"  # users, the CLI and the dashboard
     agent = "agent"  # host agents joining the cluster
+    task = "task"  # a training process, for its own job only
 
 
 @dataclass(frozen=True)
 class Principal:
     kind: TokenKind
+    job_id: int | None = None  # set for task tokens: the only job they may speak for
 
 
 class TokenRegistry:
@@ -33,6 +37,24 @@ class TokenRegistry:
             if secret is not None and secret.get_secret_value()
         ]
 
+        admin = tokens.get(TokenKind.admin)
+        # Task tokens are derived, not stored: HMAC(admin token, job id). Rotating the admin
+        # token therefore revokes every task token too.
+        self._task_key = (
+            hashlib.sha256(b"strata-task-token:" + admin.get_secret_value().encode()).digest()
+            if admin is not None and admin.get_secret_value()
+            else None
+        )
+
+    def task_token(self, job_id: int) -> str:
+        if self._task_key is None:
+            raise RuntimeError("task tokens need an admin token to derive from")
+        return f"st.{job_id}.{self._task_mac(job_id)}"
+
+    def _task_mac(self, job_id: int) -> str:
+        assert self._task_key is not None
+        return hmac.new(self._task_key, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()
+
     def identify(self, token: str) -> Principal | None:
         presented = token.encode()
         found: Principal | None = None
@@ -40,4 +62,12 @@ class TokenRegistry:
             # No early exit: every comparison runs whatever matched before.
             if hmac.compare_digest(presented, known) and found is None:
                 found = Principal(kind)
+        task = _TASK_TOKEN.fullmatch(token)
+        if task and self._task_key is not None and found is None:
+            job_id = int(task["job"])
+            if hmac.compare_digest(task["mac"].encode(), self._task_mac(job_id).encode()):
+                found = Principal(TokenKind.task, job_id=job_id)
         return found
+
+
+_TASK_TOKEN = re.compile(r"st\.(?P<job>[1-9][0-9]{0,18})\.(?P<mac>[0-9a-f]{64})")

@@ -24,8 +24,17 @@ class Settings(BaseSettings):
     agent_token: SecretStr | None = Field(default=None, description="Token agents join with.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    checkpoint_root: Path | None = Field(
+        default=None,
+        description="Where job checkpoint dirs live (shared storage on a real cluster); "
+        "<data dir>/checkpoints when unset.",
+    )
+    heartbeat_seconds: float = Field(default=1.0, gt=0, description="Agents beat this often.")
     # A host whose agent has been silent this long is marked lost.
     heartbeat_timeout_seconds: float = Field(default=6.0, gt=0)
+    stop_grace_seconds: float = Field(default=10.0, ge=0, description="SIGTERM → SIGKILL.")
+    reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")
+    log_bytes_per_task: int = Field(default=64 << 20, gt=0, description="Cap per task attempt.")
     max_request_bytes: int = Field(default=1 << 20, gt=0)
     log_level: str = "info"
 
@@ -33,6 +42,10 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @property
+    def checkpoints(self) -> Path:
+        return (self.checkpoint_root or self.data_dir / "checkpoints").expanduser().resolve()
 
     @cached_property
     def resolved_database_url(self) -> str:

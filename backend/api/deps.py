@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, WebSocket, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -70,3 +70,14 @@ def require(*kinds: TokenKind) -> Callable[..., Coroutine[Any, Any, Principal]]:
 
 
 AdminPrincipal = Annotated[Principal, Depends(require(TokenKind.admin))]
+
+
+def websocket_principal(websocket: WebSocket) -> Principal | None:
+    """Who opened a websocket: the Authorization header, or ?token= for browsers."""
+    header = websocket.headers.get("authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    token = credentials if scheme.lower() == "bearer" else websocket.query_params.get("token")
+    if not token:
+        return None
+    registry: TokenRegistry = websocket.app.state.tokens
+    return registry.identify(token)

@@ -55,6 +55,7 @@ async def submit_job(
     spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
     job = await service.create_job(session=session, spec=spec)
     await session.commit()
+    request.app.state.controller.wake()
     return service.job_read(await service.get_job(session=session, job_id=job.id))
 
 
@@ -85,11 +86,14 @@ async def read_job(job_id: JobId, session: SessionDep, _: AdminPrincipal) -> Job
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead)
-async def cancel_job(job_id: JobId, session: SessionDep, _: AdminPrincipal) -> JobRead:
+async def cancel_job(
+    request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
+) -> JobRead:
     """Cancel a job that has not finished; its tasks are stopped."""
     job = await service.get_job(session=session, job_id=job_id, for_update=True)
     await service.cancel_job(session=session, job=job)
     await session.commit()
+    request.app.state.controller.wake()
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

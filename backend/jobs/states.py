@@ -26,7 +26,10 @@ _J = JobStatus
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _J.pending: frozenset({_J.scheduled, _J.failed, _J.cancelled}),
     # Back to pending when a placement is withdrawn (its host was lost before start).
-    _J.scheduled: frozenset({_J.running, _J.pending, _J.restarting, _J.failed, _J.cancelled}),
+    # Straight to succeeded when the deciding task finishes before a sibling's start is heard.
+    _J.scheduled: frozenset(
+        {_J.running, _J.pending, _J.restarting, _J.succeeded, _J.failed, _J.cancelled}
+    ),
     _J.running: frozenset({_J.succeeded, _J.failed, _J.cancelled, _J.restarting, _J.pending}),
     _J.restarting: frozenset({_J.scheduled, _J.running, _J.pending, _J.failed, _J.cancelled}),
     # A failed job may be restarted by hand; succeeded and cancelled jobs are final.

@@ -86,3 +86,19 @@ def test_registry_identifies_each_kind_and_nothing_else() -> None:
 def test_unset_or_empty_tokens_admit_nobody() -> None:
     registry = TokenRegistry({TokenKind.admin: SecretStr(""), TokenKind.agent: None})
     assert registry.identify("") is None
+
+
+def test_task_tokens_speak_for_their_own_job_only() -> None:
+    registry = TokenRegistry({TokenKind.admin: SecretStr("a" * 32), TokenKind.agent: None})
+    token = registry.task_token(7)
+    assert registry.identify(token) == Principal(TokenKind.task, job_id=7)
+    forged = token.replace("st.7.", "st.8.")
+    assert registry.identify(forged) is None
+    other_server = TokenRegistry({TokenKind.admin: SecretStr("b" * 32), TokenKind.agent: None})
+    assert other_server.identify(token) is None
+
+
+async def test_task_token_cannot_use_the_admin_api(api: Api) -> None:
+    token = api.app.state.tokens.task_token(1)  # type: ignore[attr-defined]
+    response = await api.http.get("/jobs", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 403

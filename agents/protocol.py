@@ -1,0 +1,139 @@
+"""Messages on the agent channel (one websocket per agent), one typed union per direction.
+
+The server imports these; they import nothing from the server. Every message that can be
+resent is safe to apply twice: tasks are named by (job_id, task, attempt), and log batches
+carry the number of their first line.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+PROTOCOL_VERSION = 1
+MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker
+MAX_LOG_BATCH = 1_000  # lines per task_logs message
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskKey(_Message):
+    """One run of one task: a restart is a new attempt with a new key."""
+
+    job_id: int = Field(ge=1)
+    task: str = Field(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")
+    attempt: int = Field(ge=0)
+
+
+class RunningTask(_Message):
+    key: TaskKey
+    pid: int
+
+
+class Device(_Message):
+    index: int = Field(ge=0, le=1023)
+    name: str = Field(max_length=128)
+    kind: Literal["gpu"] = "gpu"
+    uuid: str | None = Field(default=None, max_length=128)
+    memory_mb: int | None = Field(default=None, ge=0)
+    simulated: bool = False
+
+
+class TaskExit(_Message):
+    key: TaskKey
+    exit_code: int | None  # None when the process could not be started at all
+    signal: int | None = None  # the signal that ended it, if one did
+    error: str | None = Field(default=None, max_length=4096)  # why it could not start
+    log_tail: list[str] = Field(default_factory=list, max_length=50)
+
+
+# --- agent → server -----------------------------------------------------------------
+
+
+class Hello(_Message):
+    """The first frame: who the agent is, what it offers, and what it still runs."""
+
+    type: Literal["hello"] = "hello"
+    protocol: int = PROTOCOL_VERSION
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    address: str = Field(min_length=1, max_length=255)  # how other hosts reach its tasks
+    port_range: tuple[int, int]
+    devices: list[Device] = Field(default_factory=list, max_length=1024)
+    version: str = Field(max_length=64)
+    running: list[RunningTask] = Field(default_factory=list)
+    # Exits that happened while the channel was down, so that none is lost.
+    finished: list[TaskExit] = Field(default_factory=list)
+
+
+class Heartbeat(_Message):
+    type: Literal["heartbeat"] = "heartbeat"
+    running: list[RunningTask] = Field(default_factory=list)
+
+
+class TaskStarted(_Message):
+    type: Literal["task_started"] = "task_started"
+    key: TaskKey
+    pid: int
+
+
+class TaskExited(_Message):
+    type: Literal["task_exited"] = "task_exited"
+    exit: TaskExit
+
+
+class TaskLogs(_Message):
+    """Lines from a task's stdout and stderr, numbered from ``first_line`` (0-based)."""
+
+    type: Literal["task_logs"] = "task_logs"
+    key: TaskKey
+    first_line: int = Field(ge=0)
+    lines: list[str] = Field(max_length=MAX_LOG_BATCH)
+
+
+AgentMessage = Annotated[
+    Hello | Heartbeat | TaskStarted | TaskExited | TaskLogs, Field(discriminator="type")
+]
+agent_message = TypeAdapter[AgentMessage](AgentMessage)
+
+
+# --- server → agent -----------------------------------------------------------------
+
+
+class Welcome(_Message):
+    type: Literal["welcome"] = "welcome"
+    heartbeat_seconds: float
+
+
+class StartTask(_Message):
+    """Start this attempt of a task unless it already runs (starting twice is harmless)."""
+
+    type: Literal["start_task"] = "start_task"
+    key: TaskKey
+    argv: list[str] = Field(min_length=1)
+    working_dir: str  # relative to the agent's workspace root
+    env: dict[str, str]
+    port: int
+    gpus: list[int]
+
+
+class StopTask(_Message):
+    """Stop this attempt: SIGTERM to its process group, SIGKILL after the grace period."""
+
+    type: Literal["stop_task"] = "stop_task"
+    key: TaskKey
+    grace_seconds: float = 10.0
+    reason: str = ""
+
+
+class Refused(_Message):
+    """The server will not talk to this agent; it closes the socket after this frame."""
+
+    type: Literal["refused"] = "refused"
+    reason: str
+
+
+ServerMessage = Annotated[Welcome | StartTask | StopTask | Refused, Field(discriminator="type")]
+server_message = TypeAdapter[ServerMessage](ServerMessage)

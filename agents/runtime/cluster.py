@@ -1,0 +1,130 @@
+"""Where this task sits in its job, read from the environment the agent sets.
+
+Pure Python on purpose: the agent, the server's tests and scripts that never train can use it
+without paying for a TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+StrategyName = Literal["mirrored", "multi_worker_mirrored", "parameter_server"]
+STRATEGY_NAMES: tuple[StrategyName, ...] = get_args(StrategyName)
+
+# Roles that are part of the training cluster. The evaluator never is: a coordinator that
+# sees it in the cluster spec tries to connect to it and can hang.
+TRAINING_ROLES = ("chief", "worker", "ps")
+ROLES = (*TRAINING_ROLES, "evaluator")
+
+
+class ClusterConfigError(ValueError):
+    """TF_CONFIG or a STRATA_* variable that cannot describe a task of a job."""
+
+
+@dataclass(frozen=True)
+class TFConfig:
+    """A parsed TF_CONFIG: the job's cluster and this task's place in it."""
+
+    cluster: Mapping[str, tuple[str, ...]]
+    task_type: str
+    task_index: int
+
+    @property
+    def address(self) -> str | None:
+        """host:port this task serves on, or None when its role is not in the cluster."""
+        addresses = self.cluster.get(self.task_type, ())
+        return addresses[self.task_index] if self.task_index < len(addresses) else None
+
+    @property
+    def training_tasks(self) -> int:
+        return sum(len(self.cluster.get(r, ())) for r in TRAINING_ROLES)
+
+    def addresses(self, *roles: str) -> list[str]:
+        return [address for r in roles for address in self.cluster.get(r, ())]
+
+
+def parse_tf_config(raw: str) -> TFConfig:
+    """Parses and checks a TF_CONFIG value; errors name the offending part."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ClusterConfigError(f"TF_CONFIG is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ClusterConfigError("TF_CONFIG must be a JSON object")
+
+    raw_cluster = data.get("cluster") or {}
+    if not isinstance(raw_cluster, dict):
+        raise ClusterConfigError("TF_CONFIG.cluster must be an object of role -> [host:port]")
+    cluster: dict[str, tuple[str, ...]] = {}
+    for name, addresses in raw_cluster.items():
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise ClusterConfigError(f"TF_CONFIG.cluster.{name} must be a list of host:port")
+        cluster[str(name)] = tuple(addresses)
+
+    task = data.get("task")
+    if not isinstance(task, dict):
+        raise ClusterConfigError("TF_CONFIG.task must be an object with type and index")
+    task_type = task.get("type")
+    task_index = task.get("index", 0)
+    if not isinstance(task_type, str) or not task_type:
+        raise ClusterConfigError("TF_CONFIG.task.type must be a non-empty string")
+    if not isinstance(task_index, int) or isinstance(task_index, bool) or task_index < 0:
+        raise ClusterConfigError("TF_CONFIG.task.index must be a non-negative integer")
+    # A role that is absent from the cluster is allowed (the evaluator's TF_CONFIG may name only
+    # its task), but a role that is present must have an address for this index.
+    if task_type in cluster and task_index >= len(cluster[task_type]):
+        raise ClusterConfigError(
+            f"TF_CONFIG.task is {task_type}:{task_index} but the cluster has only "
+            f"{len(cluster[task_type])} {task_type} task(s)"
+        )
+    return TFConfig(cluster=cluster, task_type=task_type, task_index=task_index)
+
+
+def tf_config(env: Mapping[str, str] | None = None) -> TFConfig | None:
+    """This task's TF_CONFIG, or None for a script run by hand without one."""
+    raw = (os.environ if env is None else env).get("TF_CONFIG", "").strip()
+    return parse_tf_config(raw) if raw else None
+
+
+def role(env: Mapping[str, str] | None = None) -> str:
+    """The task's role: chief, worker, ps or evaluator.
+
+    STRATA_TASK (set by the agent, "worker:1") wins over TF_CONFIG; a process with neither is a
+    single script run by hand, which is its own chief.
+    """
+    env = os.environ if env is None else env
+    task = env.get("STRATA_TASK", "").strip()
+    if task:
+        name, sep, index = task.partition(":")
+        if not sep or name not in ROLES or not index.isdigit():
+            raise ClusterConfigError(
+                f"STRATA_TASK={task!r} is not role:index with a role in {', '.join(ROLES)}"
+            )
+        return name
+    config = tf_config(env)
+    return config.task_type if config is not None else "chief"
+
+
+def strategy_name(env: Mapping[str, str] | None = None) -> StrategyName:
+    """The job's strategy: STRATA_STRATEGY, or inferred from TF_CONFIG for a hand-run script."""
+    env = os.environ if env is None else env
+    named = env.get("STRATA_STRATEGY", "").strip()
+    if named:
+        for candidate in STRATEGY_NAMES:
+            if candidate == named:
+                return candidate
+        raise ClusterConfigError(
+            f"STRATA_STRATEGY={named!r} is not one of {', '.join(STRATEGY_NAMES)}"
+        )
+    config = tf_config(env)
+    if config is None:
+        return "mirrored"
+    if config.cluster.get("ps"):
+        return "parameter_server"
+    if config.training_tasks > 1:
+        return "multi_worker_mirrored"
+    return "mirrored"

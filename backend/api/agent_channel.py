@@ -1,0 +1,88 @@
+"""The agent channel: one websocket per agent, typed messages both ways."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from agents.protocol import Heartbeat, Hello, TaskExited, TaskLogs, TaskStarted, agent_message
+from backend.api.deps import websocket_principal
+from backend.auth import TokenKind
+from backend.scheduling.controller import Controller
+from backend.scheduling.hub import AgentConnection, AgentHub
+
+router = APIRouter()
+log = logging.getLogger(__name__)
+
+HELLO_TIMEOUT = 10.0
+MAX_FRAME_BYTES = 4 << 20
+
+
+@router.websocket("/agents/connect")
+async def agent_channel(websocket: WebSocket) -> None:
+    await websocket.accept()
+    principal = websocket_principal(websocket)
+    if principal is None or principal.kind is not TokenKind.agent:
+        await websocket.close(1008, "an agent token is required")
+        return
+    try:
+        raw = await asyncio.wait_for(websocket.receive_text(), HELLO_TIMEOUT)
+        hello = agent_message.validate_json(raw)
+    except (TimeoutError, WebSocketDisconnect, ValidationError, KeyError) as exc:
+        reason = (
+            "expected a hello frame"
+            if not isinstance(exc, ValidationError)
+            else (f"invalid hello: {exc.errors()[0]['msg']}")
+        )
+        with contextlib.suppress(Exception):
+            await websocket.close(1008, reason[:120])
+        return
+    if not isinstance(hello, Hello):
+        await websocket.close(1008, f"the first frame must be hello, got {hello.type}")
+        return
+
+    hub: AgentHub = websocket.app.state.hub
+    controller: Controller = websocket.app.state.controller
+    connection = AgentConnection(hello.name, websocket)
+    replaced = hub.attach(connection)
+    if replaced is not None:
+        await replaced.close(1000, "replaced by a newer connection from the same agent")
+    log.info("agent %s joined from %s", hello.name, hello.address)
+    try:
+        for reply in await controller.on_hello(hello):
+            connection.send(reply)
+        while True:
+            raw = await websocket.receive_text()
+            if len(raw) > MAX_FRAME_BYTES:
+                await websocket.close(1009, f"frame over {MAX_FRAME_BYTES} bytes")
+                return
+            try:
+                incoming = agent_message.validate_json(raw)
+            except ValidationError as exc:
+                await websocket.close(1002, f"invalid frame: {exc.errors()[0]['msg']}"[:120])
+                return
+            await _dispatch(controller, hello.name, incoming)
+    except WebSocketDisconnect:
+        pass
+    finally:
+        hub.detach(connection)
+        await connection.close()
+        log.info("agent %s disconnected", hello.name)
+
+
+async def _dispatch(controller: Controller, host: str, message: object) -> None:
+    if isinstance(message, Heartbeat):
+        await controller.on_heartbeat(host, message.running)
+    elif isinstance(message, TaskStarted):
+        await controller.on_task_started(host, message.key, message.pid)
+    elif isinstance(message, TaskExited):
+        await controller.on_task_exited(host, message.exit)
+    elif isinstance(message, TaskLogs):
+        key = message.key
+        controller.logs.append(key.job_id, key.task, key.attempt, message.first_line, message.lines)
+    elif isinstance(message, Hello):
+        raise WebSocketDisconnect(1008, "hello may only be sent once")

@@ -1,0 +1,62 @@
+"""Routes about one task of a job: its logs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel
+
+from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.jobs import JobId
+from backend.errors import NotFound
+from backend.jobs import service
+from backend.streams.logs import LogStore
+
+router = APIRouter(prefix="/jobs/{job_id}/tasks", tags=["tasks"])
+
+TaskName = Annotated[
+    str,
+    Path(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$", description="role:index, e.g. worker:1"),
+]
+
+
+class LogPage(BaseModel):
+    task: str
+    attempt: int
+    first_line: int  # number (0-based) of the first line returned
+    lines: list[str]
+    total_lines: int  # lines in this attempt's log so far; the next offset to ask for
+
+
+@router.get("/{task}/logs", response_model=LogPage)
+async def read_task_logs(
+    request: Request,
+    job_id: JobId,
+    task: TaskName,
+    session: SessionDep,
+    _: AdminPrincipal,
+    attempt: Annotated[int | None, Query(ge=0, le=10_000, description="Latest when unset.")] = None,
+    offset: Annotated[int, Query(ge=0, le=2**40, description="First line to return.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    tail: Annotated[int | None, Query(ge=1, le=10_000, description="Last N lines.")] = None,
+) -> LogPage:
+    """A task's log lines, by line offset or the last N lines, for one attempt."""
+    job = await service.get_job(session=session, job_id=job_id)
+    found = next((t for t in job.tasks if t.name == task), None)
+    if found is None:
+        raise NotFound(f"job {job_id} has no task {task}")
+    chosen = found.attempt if attempt is None else attempt
+    if chosen > found.attempt:
+        raise NotFound(
+            f"{task} of job {job_id} has no attempt {chosen} (latest is {found.attempt})"
+        )
+    logs: LogStore = request.app.state.controller.logs
+    page = logs.read(job_id, task, chosen, offset=offset, limit=limit, tail=tail)
+    return LogPage(
+        task=task,
+        attempt=chosen,
+        first_line=page.first_line,
+        lines=page.lines,
+        total_lines=page.total_lines,
+    )

@@ -1,0 +1,1 @@
+"""Scheduling: placing jobs on hosts, launching their tasks, and reconciling what runs."""

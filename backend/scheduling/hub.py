@@ -1,0 +1,79 @@
+"""Live agent connections: one per host name, each with its own send queue.
+
+Senders never wait on an agent: messages go into the connection's queue and a writer task
+drains it. A connection whose queue overflows is closed; the agent reconnects and the
+controller resynchronises it from the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from fastapi import WebSocket
+
+from agents.protocol import ServerMessage
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 10_000
+
+
+class AgentConnection:
+    def __init__(self, host_name: str, websocket: WebSocket) -> None:
+        self.host_name = host_name
+        self.websocket = websocket
+        self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
+        self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{host_name}")
+
+    def send(self, message: ServerMessage) -> bool:
+        try:
+            self._queue.put_nowait(message)
+        except asyncio.QueueFull:
+            log.warning("agent %s is not reading; closing its channel", self.host_name)
+            self._writer.cancel()
+            return False
+        return True
+
+    async def _write(self) -> None:
+        while (message := await self._queue.get()) is not None:
+            await self.websocket.send_text(message.model_dump_json())
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self._writer.cancel()
+        with contextlib.suppress(Exception):
+            await self.websocket.close(code=code, reason=reason)
+
+    async def drain(self) -> None:
+        """Wait until everything queued so far has been written (used before closing)."""
+        await self._queue.put(None)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._writer
+
+
+class AgentHub:
+    def __init__(self) -> None:
+        self._connections: dict[str, AgentConnection] = {}
+
+    def attach(self, connection: AgentConnection) -> AgentConnection | None:
+        """Register a connection; returns the one it replaces (an agent that reconnected)."""
+        previous = self._connections.get(connection.host_name)
+        self._connections[connection.host_name] = connection
+        return previous
+
+    def detach(self, connection: AgentConnection) -> None:
+        if self._connections.get(connection.host_name) is connection:
+            del self._connections[connection.host_name]
+
+    def send(self, host_name: str, message: ServerMessage) -> bool:
+        connection = self._connections.get(host_name)
+        return connection is not None and connection.send(message)
+
+    def connected(self, host_name: str) -> bool:
+        return host_name in self._connections
+
+    async def close_all(self) -> None:
+        for connection in list(self._connections.values()):
+            await connection.close(1001, "server shutting down")
+        self._connections.clear()

@@ -1,0 +1,114 @@
+"""Gang placement: every task of a job gets a host, a port and its GPUs, or none does.
+
+Pure functions over snapshots of capacity, so that the rules are easy to test and to read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TaskNeed:
+    role: str
+    index: int
+    gpus: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}:{self.index}"
+
+
+@dataclass
+class HostCapacity:
+    """What a host has free right now. Mutated as tasks are placed on it."""
+
+    host_id: int
+    name: str
+    address: str
+    free_gpus: list[int]  # device indices, ascending
+    port_range: tuple[int, int]  # inclusive
+    used_ports: set[int] = field(default_factory=set)
+
+    def next_port(self) -> int | None:
+        low, high = self.port_range
+        return next((p for p in range(low, high + 1) if p not in self.used_ports), None)
+
+
+@dataclass(frozen=True)
+class Slot:
+    host_id: int
+    host_name: str
+    address: str
+    port: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    reason: str
+
+
+def place(
+    needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity]
+) -> dict[tuple[str, int], Slot] | Unplaceable:
+    """Place all tasks or none. On success the hosts' capacity is reduced accordingly.
+
+    Tasks that need the most GPUs go first (they are the hardest to fit); each goes to the
+    host with the fewest tasks of this job so far, then the most free GPUs, so that a job
+    spreads across hosts instead of piling onto one.
+    """
+    if not hosts:
+        return Unplaceable("no online hosts; waiting for an agent to join")
+    trial = {h.host_id: (list(h.free_gpus), set(h.used_ports)) for h in hosts}
+    by_id = {h.host_id: h for h in hosts}
+    on_host: Counter[int] = Counter()
+    slots: dict[tuple[str, int], Slot] = {}
+    for need in sorted(needs, key=lambda n: -n.gpus):
+        candidates = [
+            h for h in hosts if len(trial[h.host_id][0]) >= need.gpus and _free_port(h, trial)
+        ]
+        if not candidates:
+            return Unplaceable(_why_not(needs, hosts, need))
+        host = min(
+            candidates, key=lambda h: (on_host[h.host_id], -len(trial[h.host_id][0]), h.name)
+        )
+        gpus, ports = trial[host.host_id]
+        taken, trial[host.host_id] = gpus[: need.gpus], (gpus[need.gpus :], ports)
+        port = _free_port(host, trial)
+        assert port is not None
+        ports.add(port)
+        on_host[host.host_id] += 1
+        slots[(need.role, need.index)] = Slot(
+            host.host_id, host.name, host.address, port, tuple(taken)
+        )
+    for host_id, (gpus, ports) in trial.items():
+        by_id[host_id].free_gpus, by_id[host_id].used_ports = gpus, ports
+    return slots
+
+
+def _free_port(host: HostCapacity, trial: dict[int, tuple[list[int], set[int]]]) -> int | None:
+    low, high = host.port_range
+    used = trial[host.host_id][1]
+    return next((p for p in range(low, high + 1) if p not in used), None)
+
+
+def _why_not(needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity], stuck: TaskNeed) -> str:
+    """A reason a person can act on: what the job needs against what the cluster has free."""
+    wanted = sum(n.gpus for n in needs)
+    free = sum(len(h.free_gpus) for h in hosts)
+    most = max(len(h.free_gpus) for h in hosts)
+    if wanted > free:
+        return f"needs {wanted} GPUs on free hosts, cluster has {free} free"
+    if stuck.gpus > most:
+        return (
+            f"{stuck.name} needs {stuck.gpus} GPUs on one host; the most free on any host is {most}"
+        )
+    if all(h.next_port() is None for h in hosts):
+        return "no free ports left in any host's port range"
+    return (
+        f"its {len(needs)} tasks ({wanted} GPUs) do not fit together on the free hosts "
+        f"({free} GPUs free across {len(hosts)} hosts)"
+    )

@@ -1,0 +1,133 @@
+"""Train a small classifier on scikit-learn's digits (8x8 images, 10 classes) with tf_keras.
+
+One script for every strategy: the job's strategy comes from `runtime.strategy()`, and the
+input is a `DatasetCreator`, which model.fit accepts under ParameterServerStrategy,
+MultiWorkerMirroredStrategy and MirroredStrategy alike. Everything else is ordinary tf_keras.
+
+    python examples/digits.py --epochs 5 --steps-per-epoch 20 --batch 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from sklearn.datasets import load_digits
+
+from agents import runtime
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--steps-per-epoch", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=int(os.environ.get("DIGITS_BATCH", "64")))
+    parser.add_argument(
+        "--fail-at-epoch",
+        type=int,
+        default=None,
+        help="exit with code 3 when this (1-based) epoch starts; lets tests crash a task",
+    )
+    return parser.parse_args()
+
+
+def load_data() -> tuple[np.ndarray, np.ndarray]:
+    digits = load_digits()
+    features = (digits.data / 16.0).astype("float32")  # pixel values are 0..16
+    return features, digits.target.astype("int32")
+
+
+def make_dataset_creator(
+    features: np.ndarray, labels: np.ndarray, global_batch: int
+) -> keras.utils.experimental.DatasetCreator:
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        batch = input_context.get_per_replica_batch_size(global_batch)
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+        # Each input pipeline (a worker under multi-worker strategies) reads its own shard, and
+        # shuffles it differently; the data repeat forever, so steps_per_epoch bounds an epoch.
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        dataset = dataset.shuffle(len(features), seed=input_context.input_pipeline_id)
+        return dataset.repeat().batch(batch, drop_remainder=True).prefetch(2)
+
+    return keras.utils.experimental.DatasetCreator(dataset_fn)
+
+
+def build_model() -> keras.Model:
+    model = keras.Sequential(
+        [
+            keras.layers.Input(shape=(64,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+class EpochLines(keras.callbacks.Callback):
+    """One flushed line per epoch, so whoever streams stdout sees it as it happens."""
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        logs = logs or {}
+        print(
+            f"epoch={epoch + 1} loss={float(logs['loss']):.4f} "
+            f"accuracy={float(logs['accuracy']):.4f}",
+            flush=True,
+        )
+
+
+class FailAtEpoch(keras.callbacks.Callback):
+    """Crashes the entrypoint on purpose, for restart tests."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if epoch + 1 == self.epoch:
+            print(f"strata-example: failing at epoch {self.epoch} as asked", flush=True)
+            raise SystemExit(3)
+
+
+def main() -> int:
+    args = parse_args()
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # Line by line even into a pipe, so an agent streaming stdout sees epochs as they end.
+        sys.stdout.reconfigure(line_buffering=True)
+    features, labels = load_data()
+
+    strategy = runtime.strategy()
+    print(
+        f"strata-example: role={runtime.role()} strategy={type(strategy).__name__} "
+        f"replicas={strategy.num_replicas_in_sync}",
+        flush=True,
+    )
+    with strategy.scope():
+        model = build_model()
+
+    callbacks: list[keras.callbacks.Callback] = [EpochLines()]
+    if args.fail_at_epoch is not None:
+        callbacks.append(FailAtEpoch(args.fail_at_epoch))
+    model.fit(
+        make_dataset_creator(features, labels, args.batch),
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        callbacks=[*callbacks, *runtime.callbacks()],
+        verbose=0,
+    )
+    print("strata-example: done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Gang placement: all or nothing, GPU-aware, one port per live task, spread across hosts."""
+
+from __future__ import annotations
+
+from backend.scheduling.placement import HostCapacity, Slot, TaskNeed, Unplaceable, place
+
+
+def host(
+    host_id: int, gpus: int, ports: tuple[int, int] = (100, 199), used: set[int] | None = None
+) -> HostCapacity:
+    return HostCapacity(
+        host_id=host_id,
+        name=f"h{host_id}",
+        address=f"10.0.0.{host_id}",
+        free_gpus=list(range(gpus)),
+        port_range=ports,
+        used_ports=used or set(),
+    )
+
+
+PS_JOB = [
+    TaskNeed("chief", 0, 0),
+    TaskNeed("worker", 0, 1),
+    TaskNeed("worker", 1, 1),
+    TaskNeed("ps", 0, 0),
+]
+
+
+def test_ps_job_spreads_over_two_hosts_with_distinct_gpus_and_ports() -> None:
+    hosts = [host(1, 2), host(2, 2)]
+    slots = place(PS_JOB, hosts)
+    assert not isinstance(slots, Unplaceable)
+    workers = [slots[("worker", 0)], slots[("worker", 1)]]
+    assert {w.host_id for w in workers} == {1, 2}  # one GPU task per host
+    assert {s.host_id for s in slots.values()} == {1, 2}
+    for host_id in (1, 2):
+        ports = [s.port for s in slots.values() if s.host_id == host_id]
+        assert len(ports) == len(set(ports)) == 2
+    # capacity is consumed: each host has one GPU and two ports fewer
+    assert [len(h.free_gpus) for h in hosts] == [1, 1]
+    assert [len(h.used_ports) for h in hosts] == [2, 2]
+
+
+def test_gpus_are_specific_device_indices() -> None:
+    hosts = [host(1, 4)]
+    slots = place([TaskNeed("worker", 0, 2), TaskNeed("worker", 1, 2)], hosts)
+    assert not isinstance(slots, Unplaceable)
+    assert sorted(slots[("worker", 0)].gpus + slots[("worker", 1)].gpus) == [0, 1, 2, 3]
+    assert hosts[0].free_gpus == []
+
+
+def test_used_ports_are_skipped() -> None:
+    slots = place([TaskNeed("chief", 0, 0)], [host(1, 0, ports=(100, 102), used={100, 101})])
+    assert slots == {("chief", 0): Slot(1, "h1", "10.0.0.1", 102, ())}
+
+
+def test_all_or_nothing_leaves_capacity_untouched() -> None:
+    hosts = [host(1, 2), host(2, 1)]
+    result = place([TaskNeed("worker", i, 1) for i in range(4)], hosts)
+    assert result == Unplaceable("needs 4 GPUs on free hosts, cluster has 3 free")
+    assert [h.free_gpus for h in hosts] == [[0, 1], [0]]
+    assert [h.used_ports for h in hosts] == [set(), set()]
+
+
+def test_a_task_too_big_for_any_one_host() -> None:
+    result = place([TaskNeed("chief", 0, 3)], [host(1, 2), host(2, 2)])
+    assert result == Unplaceable("chief:0 needs 3 GPUs on one host; the most free on any host is 2")
+
+
+def test_no_hosts_and_no_ports() -> None:
+    assert place(PS_JOB, []) == Unplaceable("no online hosts; waiting for an agent to join")
+    full = host(1, 2, ports=(100, 101), used={100, 101})
+    assert place(PS_JOB, [full]) == Unplaceable("no free ports left in any host's port range")
+
+
+def test_zero_gpu_job_on_gpu_less_hosts() -> None:
+    slots = place(PS_JOB[:1] + PS_JOB[3:], [host(1, 0), host(2, 0)])
+    assert not isinstance(slots, Unplaceable)
+    assert {s.host_id for s in slots.values()} == {1, 2}
