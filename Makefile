@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml requirements.lock | check-python
 
 install: $(STAMP)
 
-## Run the control plane on this machine (SQLite under ~/.strata).
+## Run the control plane on this machine (server + 2 local agents, SQLite under ~/.strata) with a demo job.
 up: install
-	$(BIN)/strata up
+	$(BIN)/strata up --demo
 
 ## Lint, type-check and run the whole test suite (STRATA_TEST_STRICT=1 turns skips into failures).
 test: install lint

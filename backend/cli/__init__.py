@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from backend.cli import client, server
+from backend.cli import agent, client, server
 
 app = typer.Typer(
     name="strata",
@@ -13,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 server.register(app)
+agent.register(app)
 client.register(app)
 
 

@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from rich.console import Console
 
 from backend.app import create_app
+from backend.cli.local import LocalCluster
 from backend.config import DEFAULT_DATA_DIR, Settings
 from backend.db import create_engine
 from backend.schema import upgrade_database
@@ -81,13 +82,23 @@ def load_or_create_tokens(data_dir: Path) -> dict[str, str]:
 
 
 def up(
+    agents: Annotated[int, typer.Option(min=0, max=16, help="Local agents to start.")] = 2,
+    gpus_per_agent: Annotated[
+        int, typer.Option(min=0, max=16, help="Simulated GPUs each local agent declares.")
+    ] = 2,
     port: Annotated[int, typer.Option(help="Port for the API and dashboard.")] = 8000,
     db: DbOption = None,
     data_dir: Annotated[
         Path, typer.Option("--data-dir", help="Where state lives.")
     ] = DEFAULT_DATA_DIR,
+    workspace: Annotated[
+        Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
+    ] = Path(),
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Also submit the parameter_server example.")
+    ] = False,
 ) -> None:
-    """Run the whole control plane on this machine (SQLite by default)."""
+    """Run the whole control plane on this machine: server and local agents, SQLite by default."""
     data_dir = data_dir.expanduser().resolve()
     env = Settings()
     stored = load_or_create_tokens(data_dir)
@@ -100,13 +111,24 @@ def up(
         api_token=api_token,
         agent_token=agent_token,
     )
-    url = f"http://{settings.host}:{settings.port}"
+    local = LocalCluster(
+        settings=settings,
+        agents=agents,
+        gpus_per_agent=gpus_per_agent,
+        workspace=workspace.resolve(),
+        demo=demo,
+    )
+    url = local.url
     console.print(f"[bold]Strata[/bold] on {url}  (data: {data_dir})")
     console.print(f"  API docs:    {url}/docs")
     console.print(f"  export STRATA_SERVER={url}")
     console.print(f"  export STRATA_TOKEN={api_token.get_secret_value()}")
+    console.print(
+        f"  {agents} local agent(s) with {gpus_per_agent} simulated GPU(s) each; "
+        f"logs in {data_dir / 'agents'}"
+    )
     console.print("  Ctrl-C stops everything.")
-    _serve(settings)
+    asyncio.run(local.run())
 
 
 def db_upgrade(db: DbOption = None, data_dir: DataDirOption = None) -> None:

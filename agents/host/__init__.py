@@ -1,0 +1,1 @@
+"""The agent daemon that runs on every training host (`strata agent`)."""

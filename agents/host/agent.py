@@ -1,0 +1,106 @@
+"""The agent daemon: discovers devices, keeps the channel up, runs what the server asks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from agents.host.channel import Channel
+from agents.host.devices import discover
+from agents.host.supervisor import Supervisor
+from agents.protocol import Device, Heartbeat, Hello
+
+log = logging.getLogger(__name__)
+
+AGENT_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    server_url: str
+    token: str
+    name: str
+    address: str
+    port_range: tuple[int, int]
+    workspace: Path
+    gpus: int | None = None  # simulated devices; None asks NVML
+    stop_grace_seconds: float = 10.0
+
+
+def default_address(server_url: str) -> str:
+    """Loopback for a server on this machine; otherwise this host's name."""
+    host = urlparse(server_url).hostname or ""
+    return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else socket.gethostname()
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition("-")
+    if not sep or not low.isdigit() or not high.isdigit():
+        raise ValueError(f"port range {text!r} must look like 42000-42999")
+    first, last = int(low), int(high)
+    if not 1024 <= first <= last <= 65535:
+        raise ValueError(f"port range {text!r} must lie within 1024-65535, low to high")
+    return first, last
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.devices: list[Device] = discover(config.gpus)
+        self.supervisor = Supervisor(config.workspace, config.server_url, self._send)
+        self.channel = Channel(
+            config.server_url,
+            config.token,
+            hello=self._hello,
+            on_start=self.supervisor.start,
+            on_stop=self.supervisor.stop,
+            flush_logs=self.supervisor.flush_logs,
+            heartbeat=lambda: Heartbeat(running=self.supervisor.running()),
+        )
+
+    def _send(self, message: object) -> bool:
+        return self.channel.send(message)  # type: ignore[arg-type]
+
+    def _hello(self) -> Hello:
+        return Hello(
+            name=self.config.name,
+            address=self.config.address,
+            port_range=self.config.port_range,
+            devices=self.devices,
+            version=AGENT_VERSION,
+            running=self.supervisor.running(),
+            finished=list(self.supervisor.finished.values())[-50:],
+        )
+
+    async def run(self) -> None:
+        """Run until SIGTERM or SIGINT, then stop every task before exiting."""
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        log.info(
+            "agent %s: %d device(s), ports %d-%d, workspace %s",
+            self.config.name,
+            len(self.devices),
+            *self.config.port_range,
+            self.config.workspace,
+        )
+        channel = asyncio.create_task(self.channel.run_forever())
+        done, _ = await asyncio.wait(
+            [channel, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
+        log.info("agent %s stopping its tasks", self.config.name)
+        await self.supervisor.stop_all(self.config.stop_grace_seconds)
+        self.supervisor.flush_logs()
+        await asyncio.sleep(0.2)  # let the writer send the last exits while it can
+        channel.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await channel
+        if channel in done and self.channel.refused:
+            raise SystemExit(f"refused by the server: {self.channel.refused}")

@@ -1,0 +1,169 @@
+"""The agent's one websocket to the server: hello, heartbeats, commands, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from agents.protocol import (
+    AgentMessage,
+    Heartbeat,
+    Hello,
+    Refused,
+    ServerMessage,
+    StartTask,
+    StopTask,
+    Welcome,
+    server_message,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME_BYTES = 16 << 20
+LOG_FLUSH_SECONDS = 0.1
+
+
+class ChannelError(Exception):
+    """The server spoke out of turn; reconnect and start over."""
+
+
+def channel_url(server_url: str) -> str:
+    scheme, sep, rest = server_url.rstrip("/").partition("://")
+    if not sep or scheme not in ("http", "https", "ws", "wss"):
+        raise ValueError(f"server URL {server_url!r} must start with http:// or https://")
+    ws_scheme = {"http": "ws", "https": "wss"}.get(scheme, scheme)
+    return f"{ws_scheme}://{rest}/agents/connect"
+
+
+class Backoff:
+    """Exponential backoff with full jitter, so that many agents do not reconnect in step."""
+
+    def __init__(self, initial: float = 0.5, ceiling: float = 10.0) -> None:
+        self.initial, self.ceiling, self.attempts = initial, ceiling, 0
+
+    def next(self) -> float:
+        delay = min(self.ceiling, self.initial * 2**self.attempts)
+        self.attempts += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+class Channel:
+    """Keeps one live connection; queued frames go out through a single writer."""
+
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        hello: Callable[[], Hello],
+        on_start: Callable[[StartTask], Coroutine[Any, Any, None]],
+        on_stop: Callable[[StopTask], Coroutine[Any, Any, None]],
+        flush_logs: Callable[[], None],
+        heartbeat: Callable[[], Heartbeat],
+    ) -> None:
+        self.url = channel_url(server_url)
+        self._token = token
+        self._hello = hello
+        self._on_start = on_start
+        self._on_stop = on_stop
+        self._flush_logs = flush_logs
+        self._heartbeat = heartbeat
+        self._outbox: asyncio.Queue[AgentMessage] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.connected = asyncio.Event()
+        self.refused: str | None = None
+
+    def send(self, message: AgentMessage) -> bool:
+        """Queue a frame if connected. False when down: callers keep what must survive."""
+        if self._outbox is None:
+            return False
+        self._outbox.put_nowait(message)
+        return True
+
+    async def run_forever(self) -> None:
+        backoff = Backoff()
+        while self.refused is None:
+            try:
+                async with connect(
+                    self.url,
+                    additional_headers={"Authorization": f"Bearer {self._token}"},
+                    max_size=MAX_FRAME_BYTES,
+                    open_timeout=10,
+                    ping_interval=20,
+                ) as websocket:
+                    await self._session(websocket, backoff)
+            except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ChannelError) as exc:
+                log.warning("channel to %s down: %s", self.url, exc or type(exc).__name__)
+            except InvalidURI as exc:
+                raise ValueError(f"bad server URL: {exc}") from exc
+            finally:
+                self._outbox = None
+                self.connected.clear()
+            if self.refused is None:
+                await asyncio.sleep(backoff.next())
+
+    async def _session(self, websocket: ClientConnection, backoff: Backoff) -> None:
+        await websocket.send(self._hello().model_dump_json())
+        try:
+            first = server_message.validate_json(await asyncio.wait_for(websocket.recv(), 30))
+        except ValidationError as exc:
+            raise ChannelError(f"unreadable first frame: {exc}") from exc
+        if isinstance(first, Refused):
+            self.refused = first.reason
+            log.error("server refused this agent: %s", first.reason)
+            return
+        if not isinstance(first, Welcome):
+            raise ChannelError(f"expected welcome, got {first.type}")
+        backoff.reset()
+        self._outbox = asyncio.Queue()
+        self.connected.set()
+        log.info("connected to %s", self.url)
+        async with asyncio.TaskGroup() as group:
+            reader = group.create_task(self._read(websocket))
+            writer = group.create_task(self._write(websocket, self._outbox))
+            beats = group.create_task(self._beat(first.heartbeat_seconds))
+            await asyncio.wait([reader, writer], return_when=asyncio.FIRST_COMPLETED)
+            for task in (reader, writer, beats):
+                task.cancel()
+
+    async def _read(self, websocket: ClientConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            async for raw in websocket:
+                try:
+                    message: ServerMessage = server_message.validate_json(raw)
+                except ValidationError as exc:
+                    log.error("ignoring a frame the server should not send: %s", exc)
+                    continue
+                if isinstance(message, StartTask):
+                    await self._on_start(message)
+                elif isinstance(message, StopTask):
+                    # Stopping waits out a grace period; keep reading meanwhile.
+                    task = asyncio.create_task(self._on_stop(message))
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
+
+    async def _write(
+        self, websocket: ClientConnection, outbox: asyncio.Queue[AgentMessage]
+    ) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await websocket.send((await outbox.get()).model_dump_json())
+
+    async def _beat(self, period: float) -> None:
+        while True:
+            self._flush_logs()
+            self.send(self._heartbeat())
+            # Logs go out every 100 ms; heartbeats every `period`.
+            for _ in range(max(1, round(period / LOG_FLUSH_SECONDS))):
+                await asyncio.sleep(LOG_FLUSH_SECONDS)
+                self._flush_logs()

@@ -1,0 +1,133 @@
+"""Starting one task attempt as a process group, capturing its output, and stopping it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from agents.host.lines import LineSplitter
+from agents.protocol import StartTask, TaskExit, TaskKey
+
+TAIL_LINES = 30
+PR_SET_PDEATHSIG = 1
+PYTHON_NAMES = frozenset({"python", "python3"})
+# Agent credentials stay with the agent; a task gets its own scoped token instead.
+WITHHELD_ENV = ("STRATA_TOKEN", "STRATA_AGENT_TOKEN", "STRATA_API_TOKEN")
+
+
+class LaunchError(Exception):
+    """The task cannot be started as asked (bad working dir, missing program)."""
+
+
+def resolve_working_dir(workspace: Path, relative: str) -> Path:
+    """The task's working dir, which must stay under the workspace (symlinks included)."""
+    root = workspace.resolve()
+    target = (root / relative).resolve()
+    if target != root and root not in target.parents:
+        raise LaunchError(f"working_dir {relative!r} leaves the workspace {root}")
+    if not target.is_dir():
+        raise LaunchError(f"working_dir {relative!r} does not exist under {root}")
+    return target
+
+
+def resolve_argv(argv: list[str]) -> list[str]:
+    """`python` means this agent's own interpreter, so tasks see the same packages."""
+    return [sys.executable, *argv[1:]] if argv[0] in PYTHON_NAMES else list(argv)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # If the agent itself is killed, the kernel sends the task SIGKILL: no orphaned servers.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class TaskProcess:
+    """One running attempt. Output lines go to ``on_lines``; ``wait`` returns how it ended."""
+
+    def __init__(self, key: TaskKey, on_lines: Callable[[TaskKey, list[str]], None]) -> None:
+        self.key = key
+        self._on_lines = on_lines
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._process: asyncio.subprocess.Process | None = None
+        self._pumps: list[asyncio.Task[None]] = []
+        self.stop_requested = False
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    async def spawn(self, command: StartTask, workspace: Path, server_url: str) -> None:
+        cwd = resolve_working_dir(workspace, command.working_dir)
+        env = {k: v for k, v in os.environ.items() if k not in WITHHELD_ENV}
+        env.update(command.env)
+        env["STRATA_SERVER"] = server_url
+        env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *resolve_argv(command.argv),
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # its own process group: stop reaches every child
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from exc
+        assert self._process.stdout is not None and self._process.stderr is not None
+        self._pumps = [
+            asyncio.create_task(self._pump(self._process.stdout)),
+            asyncio.create_task(self._pump(self._process.stderr)),
+        ]
+
+    async def _pump(self, stream: asyncio.StreamReader) -> None:
+        splitter = LineSplitter()
+        while chunk := await stream.read(65536):
+            self._emit(splitter.feed(chunk))
+        self._emit(splitter.close())
+
+    def _emit(self, lines: list[str]) -> None:
+        if lines:
+            self._tail.extend(lines)
+            self._on_lines(self.key, lines)
+
+    async def wait(self) -> TaskExit:
+        assert self._process is not None
+        code = await self._process.wait()
+        self._signal_group(signal.SIGKILL)  # whatever it left behind goes with it
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._pumps), timeout=5)
+        for pump in self._pumps:
+            pump.cancel()
+        died_of = -code if code < 0 else None
+        return TaskExit(
+            key=self.key,
+            exit_code=128 + died_of if died_of else code,
+            signal=died_of,
+            log_tail=list(self._tail),
+        )
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM to the group, then SIGKILL once the grace period is over."""
+        if self._process is None or self._process.returncode is not None:
+            return
+        self.stop_requested = True
+        self._signal_group(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._process.wait()), timeout=grace)
+        except TimeoutError:
+            self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, sig)

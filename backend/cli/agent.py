@@ -1,0 +1,58 @@
+"""`strata agent`: join a host to a server and run the tasks placed on it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
+
+
+def agent(
+    server: Annotated[str, typer.Option(envvar="STRATA_SERVER", help="Server URL.")],
+    token: Annotated[
+        str, typer.Option(envvar="STRATA_AGENT_TOKEN", help="Agent join token.", show_default=False)
+    ],
+    name: Annotated[str | None, typer.Option(help="Host name (default: hostname).")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Address other hosts reach this host's tasks at.")
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(min=0, max=64, help="Declare N simulated GPUs (default: NVML discovery)."),
+    ] = None,
+    port_range: Annotated[str, typer.Option(help="Ports for this host's tasks.")] = "42000-42999",
+    workspace: Annotated[
+        Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
+    ] = Path(),
+    log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
+) -> None:
+    """Run a host agent: it joins the server and runs the tasks placed on this host."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s"
+    )
+    try:
+        ports = parse_port_range(port_range)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--port-range") from None
+    if not workspace.is_dir():
+        raise typer.BadParameter(f"{workspace} is not a directory", param_hint="--workspace")
+    config = AgentConfig(
+        server_url=server,
+        token=token,
+        name=name or socket.gethostname(),
+        address=address or default_address(server),
+        port_range=ports,
+        workspace=workspace.resolve(),
+        gpus=gpus,
+    )
+    asyncio.run(Agent(config).run())
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(agent)
