@@ -1,0 +1,178 @@
+"""Real jobs on a real local cluster: `strata up`, its agents, and TensorFlow processes.
+
+Each test ends by checking the process table: nothing a job started may outlive it.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.cluster import Cluster, job_processes, local_cluster, wait_no_processes
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([0-9.]+)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with local_cluster(tmp_path_factory.mktemp("e2e") / "data") as running:
+        yield running
+
+
+def example(file: str, /, **overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / file).read_text())
+    spec.update(overrides)
+    return spec
+
+
+def losses(lines: list[str]) -> list[float]:
+    return [float(m[2]) for line in lines if (m := EPOCH_LINE.search(line))]
+
+
+def python_job(name: str, code: str, gpus: int = 0) -> dict[str, Any]:
+    """A mirrored job whose one task is a tiny Python program: fast, no TensorFlow."""
+    return {
+        "name": name,
+        "strategy": "mirrored",
+        "entrypoint": ["python", "-c", code],
+        "replicas": {"chief": {"count": 1, "gpus": gpus}},
+        "restart": {"policy": "never"},
+    }
+
+
+def assert_trained(cluster: Cluster, job: dict[str, Any], deciding_task: str) -> None:
+    job_id = job["id"]
+    done = cluster.wait_status(job_id, "succeeded")
+    curve = losses(cluster.logs(job_id, deciding_task))
+    assert len(curve) >= 2, cluster.logs(job_id, deciding_task)[-20:]
+    assert curve[-1] < curve[0], f"loss did not fall: {curve}"
+    cluster.wait_for(
+        job_id,
+        lambda j: all(t["status"] in ("succeeded", "stopped") for t in j["tasks"]),
+        60,
+        "fully stopped",
+    )
+    wait_no_processes(job_id)
+    assert all(t["host"] and t["port"] for t in done["tasks"])
+
+
+def test_parameter_server_job(cluster: Cluster) -> None:
+    job = cluster.submit(example("digits_ps.yaml"))
+    assert_trained(cluster, job, "chief:0")
+    final = cluster.job(job["id"])
+    hosts = {t["host"] for t in final["tasks"]}
+    assert hosts == {"local-0", "local-1"}  # spread over both agents
+    workers = [t for t in final["tasks"] if t["role"] == "worker"]
+    assert sorted(len(w["gpus"]) for w in workers) == [1, 1]
+    # TF_CONFIG was persisted and names all four training tasks, no evaluator
+    detail = cluster.http.get(f"/jobs/{job['id']}").json()
+    assert detail["status"] == "succeeded"
+
+
+def test_multi_worker_mirrored_job(cluster: Cluster) -> None:
+    job = cluster.submit(example("digits_mwm.yaml"))
+    assert_trained(cluster, job, "worker:0")
+    final = cluster.job(job["id"])
+    assert [t["status"] for t in final["tasks"]] == ["succeeded", "succeeded"]
+
+
+def test_mirrored_job(cluster: Cluster) -> None:
+    job = cluster.submit(example("digits_mirrored.yaml"))
+    assert_trained(cluster, job, "chief:0")
+
+
+def test_crashing_chief_fails_the_job_and_stops_the_servers(cluster: Cluster) -> None:
+    spec = example("digits_ps.yaml", name="digits-crash")
+    spec["entrypoint"] = [*spec["entrypoint"], "--fail-at-epoch", "2"]
+    spec["restart"] = {"policy": "never"}
+    job = cluster.submit(spec)
+    failed = cluster.wait_status(job["id"], "failed")
+    assert failed["reason"] == "chief:0 exited with code 3"
+    chief = next(t for t in failed["tasks"] if t["name"] == "chief:0")
+    assert chief["exit_code"] == 3
+    ending = next(e for e in cluster.events(job["id"]) if e["to_status"] == "failed")
+    assert ending["data"]["exit_code"] == 3
+    assert any("epoch=1" in line for line in ending["data"]["log_tail"]), ending["data"]["log_tail"]
+    cluster.wait_for(
+        job["id"],
+        lambda j: all(t["status"] not in ("running", "scheduled") for t in j["tasks"]),
+        60,
+        "stopped",
+    )
+    wait_no_processes(job["id"])
+
+
+def test_entrypoint_that_cannot_start(cluster: Cluster) -> None:
+    spec = python_job("no-such-dir", "print('never')")
+    spec["working_dir"] = "does/not/exist"
+    job = cluster.submit(spec)
+    failed = cluster.wait_status(job["id"], "failed", timeout=60)
+    assert (
+        "chief:0 could not start: working_dir 'does/not/exist' does not exist" in failed["reason"]
+    )
+
+
+def test_job_too_big_waits_then_runs_when_an_agent_with_room_joins(cluster: Cluster) -> None:
+    job = cluster.submit(python_job("big", "print('ran on the big host')", gpus=3))
+    waiting = cluster.wait_for(
+        job["id"], lambda j: "needs 3 GPUs" in (j["reason"] or ""), 30, "waiting with a reason"
+    )
+    assert waiting["status"] == "pending"
+    assert waiting["reason"] == "chief:0 needs 3 GPUs on one host; the most free on any host is 2"
+
+    cluster.start_agent("big-host", gpus=4, ports="44000-44099")
+    done = cluster.wait_status(job["id"], "succeeded", timeout=60)
+    assert done["tasks"][0]["host"] == "big-host"
+    assert done["tasks"][0]["gpus"] == [0, 1, 2]
+    assert "ran on the big host" in cluster.logs(job["id"], "chief:0")
+
+
+def test_cancel_stops_every_task(cluster: Cluster) -> None:
+    job = cluster.submit(
+        python_job("sleeper", "import time; print('up', flush=True); time.sleep(600)")
+    )
+    cluster.wait_status(job["id"], "running", timeout=60)
+    assert job_processes(job["id"])
+    cancelled = cluster.http.post(f"/jobs/{job['id']}/cancel").json()
+    assert cancelled["status"] == "cancelled"
+    stopped = cluster.wait_for(
+        job["id"], lambda j: j["tasks"][0]["status"] == "stopped", 30, "stopped"
+    )
+    assert stopped["tasks"][0]["exit_code"] == 128 + signal.SIGTERM
+    wait_no_processes(job["id"])
+
+
+def test_killed_agent_is_noticed_and_its_tasks_die_with_it(cluster: Cluster) -> None:
+    doomed = cluster.start_agent("doomed-host", gpus=8, ports="45000-45099")
+    cluster.wait_host("doomed-host", "online")
+    # 5 GPUs fit only on the new host.
+    job = cluster.submit(python_job("on-doomed", "import time; time.sleep(600)", gpus=5))
+    running = cluster.wait_status(job["id"], "running", timeout=60)
+    assert running["tasks"][0]["host"] == "doomed-host"
+    assert job_processes(job["id"])
+
+    doomed.send_signal(signal.SIGKILL)
+    lost = cluster.wait_host("doomed-host", "lost", timeout=15)
+    assert lost["heartbeat_age_seconds"] >= 4
+    failed = cluster.wait_status(job["id"], "failed", timeout=15)
+    assert failed["reason"].startswith("host doomed-host was lost")
+    assert failed["tasks"][0]["status"] == "lost"
+    wait_no_processes(job["id"], timeout=10)  # the kernel killed it with its agent
+
+
+def test_process_check_sees_live_processes(cluster: Cluster) -> None:
+    """The process-table check used above is not vacuous: it finds a running task."""
+    job = cluster.submit(python_job("visible", "import time; time.sleep(600)"))
+    cluster.wait_status(job["id"], "running", timeout=60)
+    assert len(job_processes(job["id"])) == 1
+    cluster.http.post(f"/jobs/{job['id']}/cancel")
+    wait_no_processes(job["id"])

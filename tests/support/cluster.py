@@ -1,0 +1,186 @@
+"""A real local cluster for end-to-end tests: `strata up`, extra agents, and process checks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.postgres import free_port
+from tests.support.processes import STRATA, stop, wait_healthy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Cluster:
+    url: str
+    admin_token: str
+    agent_token: str
+    data_dir: Path
+    http: httpx.Client
+    extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post("/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        job: dict[str, Any] = response.json()
+        return job
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        job: dict[str, Any] = self.http.get(f"/jobs/{job_id}").json()
+        return job
+
+    def events(self, job_id: int) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = self.http.get(f"/jobs/{job_id}/events").json()
+        return events
+
+    def logs(self, job_id: int, task: str) -> list[str]:
+        page = self.http.get(f"/jobs/{job_id}/tasks/{task}/logs", params={"limit": 10000}).json()
+        lines: list[str] = page["lines"]
+        return lines
+
+    def wait_for(
+        self, job_id: int, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        job = self.job(job_id)
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if predicate(job):
+                return job
+            time.sleep(0.5)
+        raise AssertionError(
+            f"job {job_id} did not become {what} within {timeout}s: status={job['status']} "
+            f"reason={job['reason']} tasks={[(t['name'], t['status']) for t in job['tasks']]}\n"
+            f"events: {[e['message'] for e in self.events(job_id)]}"
+        )
+
+    def wait_status(self, job_id: int, status: str, timeout: float = 240) -> dict[str, Any]:
+        return self.wait_for(job_id, lambda j: j["status"] == status, timeout, status)
+
+    def start_agent(self, name: str, gpus: int, ports: str) -> subprocess.Popen[bytes]:
+        log = (self.data_dir / f"agent-{name}.log").open("ab")
+        process = subprocess.Popen(
+            [
+                *STRATA,
+                "agent",
+                "--server",
+                self.url,
+                "--name",
+                name,
+                "--gpus",
+                str(gpus),
+                "--port-range",
+                ports,
+                "--workspace",
+                str(REPO),
+            ],
+            env={**os.environ, "STRATA_AGENT_TOKEN": self.agent_token},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.extra_agents.append(process)
+        return process
+
+    def wait_host(self, name: str, status: str, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hosts = {h["name"]: h for h in self.http.get("/hosts").json()}
+            if name in hosts and hosts[name]["status"] == status:
+                found: dict[str, Any] = hosts[name]
+                return found
+            time.sleep(0.2)
+        raise AssertionError(f"host {name} not {status} within {timeout}s")
+
+
+def job_processes(job_id: int) -> list[int]:
+    """Pids of live processes started for a job: the agent tags each with STRATA_JOB_ID."""
+    marker = f"STRATA_JOB_ID={job_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+            if marker in environ and "State:\tZ" not in status:
+                found.append(int(entry.name))
+    return found
+
+
+def wait_no_processes(job_id: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not job_processes(job_id):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"processes of job {job_id} still alive: {job_processes(job_id)}")
+
+
+@contextlib.contextmanager
+def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> Iterator[Cluster]:
+    """`strata up` with its own tokens and data dir on a free port."""
+    port = free_port()
+    admin, agent = "e2e-admin-token", "e2e-agent-token"
+    env = {
+        **os.environ,
+        "STRATA_API_TOKEN": admin,
+        "STRATA_AGENT_TOKEN": agent,
+        "STRATA_HEARTBEAT_TIMEOUT_SECONDS": "4",
+        "STRATA_STOP_GRACE_SECONDS": "5",
+    }
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = (data_dir / "up.log").open("ab")
+    process = subprocess.Popen(
+        [
+            *STRATA,
+            "up",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--agents",
+            str(agents),
+            "--gpus-per-agent",
+            str(gpus_per_agent),
+            "--workspace",
+            str(REPO),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+    url = f"http://127.0.0.1:{port}"
+    cluster = Cluster(
+        url=url,
+        admin_token=admin,
+        agent_token=agent,
+        data_dir=data_dir,
+        http=httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30),
+    )
+    try:
+        wait_healthy(url, process)
+        for index in range(agents):
+            cluster.wait_host(f"local-{index}", "online")
+        yield cluster
+    finally:
+        for extra in cluster.extra_agents:
+            with contextlib.suppress(ProcessLookupError):
+                extra.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                extra.wait(timeout=20)
+            if extra.poll() is None:
+                extra.kill()
+        stop(process, grace=40)
+        cluster.http.close()
+        log.close()
