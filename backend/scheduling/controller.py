@@ -158,7 +158,7 @@ class Controller:
             .where(Job.status.in_([JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled]))
             .where(Task.status.in_([*LIVE, TaskStatus.pending]))
         )
-        for task, job in rows.tuples():
+        for task, job in rows:
             if task.status is TaskStatus.pending or task.host is None:
                 task.status = TaskStatus.stopped
                 continue
@@ -190,7 +190,7 @@ class Controller:
         )
         used_gpus: dict[int, set[int]] = {}
         used_ports: dict[int, set[int]] = {}
-        for host_id, port, gpus in busy.tuples():
+        for host_id, port, gpus in busy:
             assert host_id is not None
             used_gpus.setdefault(host_id, set()).update(gpus or [])
             if port is not None:

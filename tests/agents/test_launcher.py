@@ -1,0 +1,106 @@
+"""Launching real processes: confinement, argv, output capture, exit codes, group stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.host.launcher import LaunchError, TaskProcess, resolve_argv, resolve_working_dir
+from agents.protocol import StartTask, TaskKey
+
+KEY = TaskKey(job_id=1, task="chief:0", attempt=0)
+
+
+def command(*argv: str, working_dir: str = ".", env: dict[str, str] | None = None) -> StartTask:
+    return StartTask(
+        key=KEY, argv=list(argv), working_dir=working_dir, env=env or {}, port=1, gpus=[]
+    )
+
+
+def test_working_dir_stays_in_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "escape").symlink_to("/etc")
+    assert resolve_working_dir(tmp_path, "jobs") == (tmp_path / "jobs").resolve()
+    with pytest.raises(LaunchError, match="leaves the workspace"):
+        resolve_working_dir(tmp_path, "escape")
+    with pytest.raises(LaunchError, match="leaves the workspace"):
+        resolve_working_dir(tmp_path, "../..")
+    with pytest.raises(LaunchError, match="does not exist"):
+        resolve_working_dir(tmp_path, "missing")
+
+
+def test_python_means_the_agents_interpreter() -> None:
+    assert resolve_argv(["python", "-m", "x"]) == [sys.executable, "-m", "x"]
+    assert resolve_argv(["python3", "t.py"]) == [sys.executable, "t.py"]
+    assert resolve_argv(["/bin/echo", "hi"]) == ["/bin/echo", "hi"]
+
+
+async def run(process: TaskProcess, start: StartTask, workspace: Path) -> None:
+    await process.spawn(start, workspace, "http://server.test")
+
+
+async def test_output_env_and_exit_code(tmp_path: Path) -> None:
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines))
+    code = (
+        "import os, sys; print('out', os.environ['STRATA_SERVER'], os.environ['MINE']);"
+        "print('err', file=sys.stderr);"
+        "print('agent token:', os.environ.get('STRATA_AGENT_TOKEN'));"
+        "sys.exit(4)"
+    )
+    os.environ["STRATA_AGENT_TOKEN"] = "secret-of-the-agent"
+    try:
+        await run(process, command("python", "-c", code, env={"MINE": "yes"}), tmp_path)
+    finally:
+        del os.environ["STRATA_AGENT_TOKEN"]
+    exit = await process.wait()
+    assert (exit.exit_code, exit.signal) == (4, None)
+    assert sorted(seen) == sorted(["out http://server.test yes", "err", "agent token: None"])
+    assert exit.log_tail == seen
+
+
+async def test_stop_reaches_the_whole_group_and_escalates(tmp_path: Path) -> None:
+    # A parent that ignores SIGTERM, with a child that would outlive it.
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines))
+    await run(process, command("python", "-c", script), tmp_path)
+    for _ in range(100):
+        if seen:
+            break
+        await asyncio.sleep(0.05)
+    child = int(seen[0])
+    await process.stop(grace=0.5)
+    exit = await process.wait()
+    assert (exit.exit_code, exit.signal) == (128 + signal.SIGKILL, signal.SIGKILL)
+    for _ in range(50):
+        if not alive(child):
+            break
+        await asyncio.sleep(0.1)
+    assert not alive(child)  # the grandchild went with its group
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for init to reap it."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status
+
+
+async def test_missing_program_is_a_launch_error(tmp_path: Path) -> None:
+    process = TaskProcess(KEY, lambda _key, _lines: None)
+    with pytest.raises(LaunchError, match="cannot run 'no-such-program-x'"):
+        await run(process, command("no-such-program-x"), tmp_path)

@@ -1,0 +1,182 @@
+"""The agent channel, driven by a scripted agent over a real websocket."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.testclient import WebSocketTestSession
+from starlette.websockets import WebSocketDisconnect
+
+from agents.protocol import (
+    Device,
+    Heartbeat,
+    Hello,
+    RunningTask,
+    StartTask,
+    StopTask,
+    TaskExit,
+    TaskExited,
+    TaskKey,
+    TaskLogs,
+    TaskStarted,
+    Welcome,
+    server_message,
+)
+from backend.app import create_app
+from backend.auth import Principal, TokenKind
+from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
+from tests.support.factories import make_spec
+
+AGENT = {"Authorization": f"Bearer {AGENT_TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture
+def client(database_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    settings = make_settings(database_url, tmp_path / "data", reconcile_seconds=0.05)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def hello(name: str = "fake-host", **extra: Any) -> str:
+    return Hello(
+        name=name,
+        address="10.1.2.3",
+        port_range=(50000, 50009),
+        devices=[
+            Device(index=0, name="Simulated GPU", simulated=True),
+            Device(index=1, name="Simulated GPU", simulated=True),
+        ],
+        version="test",
+        **extra,
+    ).model_dump_json()
+
+
+def receive(ws: WebSocketTestSession) -> object:
+    return server_message.validate_json(ws.receive_text())
+
+
+def job_spec() -> dict[str, Any]:
+    return make_spec("mirrored", entrypoint=["python", "train.py"], env={"BATCH": "32"})
+
+
+def test_wrong_token_is_closed_with_a_reason(client: TestClient) -> None:
+    with (
+        client.websocket_connect("/agents/connect", headers=ADMIN) as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_text()
+    assert closed.value.code == 1008
+    assert closed.value.reason == "an agent token is required"
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        ('{"type": "heartbeat", "running": []}', "the first frame must be hello, got heartbeat"),
+        ('{"type": "hello", "name": "../x"}', "invalid hello"),
+        ("not json", "invalid hello"),
+    ],
+)
+def test_bad_first_frame_is_closed_with_a_reason(
+    client: TestClient, frame: str, reason: str
+) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(frame)
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert closed.value.code == 1008
+    assert closed.value.reason.startswith(reason)
+
+
+def test_a_job_runs_through_the_channel(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello())
+        assert isinstance(receive(ws), Welcome)
+        host = client.get("/hosts", headers=ADMIN).json()[0]
+        assert (host["name"], host["status"], len(host["devices"])) == ("fake-host", "online", 2)
+
+        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+        start = receive(ws)
+        assert isinstance(start, StartTask)
+        key = TaskKey(job_id=job["id"], task="chief:0", attempt=0)
+        assert start.key == key
+        assert start.argv == ["python", "train.py"] and start.port == 50000 and start.gpus == [0]
+        assert json.loads(start.env["TF_CONFIG"]) == {
+            "cluster": {"chief": ["10.1.2.3:50000"]},
+            "task": {"type": "chief", "index": 0},
+        }
+        assert start.env["CUDA_VISIBLE_DEVICES"] == "0"
+        assert start.env["BATCH"] == "32" and start.env["STRATA_STRATEGY"] == "mirrored"
+        tokens = client.app.state.tokens  # type: ignore[attr-defined]
+        assert tokens.identify(start.env["STRATA_TASK_TOKEN"]) == Principal(
+            TokenKind.task, job["id"]
+        )
+
+        ws.send_text(TaskStarted(key=key, pid=4242).model_dump_json())
+        logs = TaskLogs(key=key, first_line=0, lines=["epoch=1 loss=0.9", "epoch=2 loss=0.5"])
+        ws.send_text(logs.model_dump_json())
+        ws.send_text(logs.model_dump_json())  # resent after a reconnect: stored once
+        ws.send_text(
+            TaskLogs(key=key, first_line=1, lines=["epoch=2 loss=0.5", "done"]).model_dump_json()
+        )
+        ws.send_text(Heartbeat(running=[RunningTask(key=key, pid=4242)]).model_dump_json())
+        exit = TaskExit(key=key, exit_code=0, log_tail=["done"])
+        ws.send_text(TaskExited(exit=exit).model_dump_json())
+        ws.send_text(TaskExited(exit=exit).model_dump_json())  # applied once
+        ws.send_text(Heartbeat(running=[]).model_dump_json())
+        final = _wait(client, job["id"], "succeeded")
+
+    assert final["tasks"][0]["pid"] == 4242 and final["tasks"][0]["exit_code"] == 0
+    logs_page = client.get(f"/jobs/{job['id']}/tasks/chief:0/logs", headers=ADMIN).json()
+    assert logs_page["lines"] == ["epoch=1 loss=0.9", "epoch=2 loss=0.5", "done"]
+    events = client.get(f"/jobs/{job['id']}/events", headers=ADMIN).json()
+    exits = [e for e in events if e["kind"] == "task_status" and e["data"].get("to") == "succeeded"]
+    assert len(exits) == 1
+
+
+def test_reconnecting_agent_is_told_to_stop_what_should_not_run(client: TestClient) -> None:
+    job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+    client.post(f"/jobs/{job['id']}/cancel", headers=ADMIN)
+    stale = TaskKey(job_id=job["id"], task="chief:0", attempt=0)
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello(running=[RunningTask(key=stale, pid=99)]))
+        assert isinstance(receive(ws), Welcome)
+        stop = receive(ws)
+        assert isinstance(stop, StopTask) and stop.key == stale
+
+
+def test_exits_reported_in_hello_are_applied(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello())
+        receive(ws)
+        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+        start = receive(ws)
+        assert isinstance(start, StartTask)
+        ws.send_text(TaskStarted(key=start.key, pid=7).model_dump_json())
+        _wait(client, job["id"], "running")
+    # The channel dropped while the task crashed; the next hello carries the exit.
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        crashed = TaskExit(key=start.key, exit_code=137, signal=9, log_tail=["Killed"])
+        ws.send_text(hello(finished=[crashed]))
+        receive(ws)
+        failed = _wait(client, job["id"], "failed")
+    assert failed["reason"] == "chief:0 was killed by SIGKILL (exit code 137)"
+
+
+def _wait(client: TestClient, job_id: int, status: str) -> dict[str, Any]:
+    import time
+
+    deadline = time.monotonic() + 10
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/jobs/{job_id}", headers=ADMIN).json()
+        if job["status"] == status:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} is {job.get('status')}, not {status}")
