@@ -14,44 +14,30 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
-from agents.protocol import Hello, RunningTask, ServerMessage, StopTask, TaskExit, TaskKey, Welcome
+from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey, Welcome
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.db import utcnow
 from backend.hosts.models import Host
 from backend.hosts.service import DeviceInfo, register_host
-from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
-from backend.jobs.states import ACTIVE_JOB_STATUSES, HostStatus, JobStatus, TaskStatus
+from backend.jobs.states import TERMINAL_JOB_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.jobs.tfconfig import tf_config
+from backend.scheduling import task_events
+from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.hub import AgentHub
-from backend.scheduling.launch import start_message
-from backend.scheduling.outcome import judge_exit
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.task_events import LIVE
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
-
-LIVE = (TaskStatus.scheduled, TaskStatus.running)
-RESEND_SECONDS = 5.0  # how long an unanswered start or stop waits before it is sent again
-
-
-@dataclass
-class Outbox:
-    """Commands decided inside a transaction, sent only once it has committed."""
-
-    messages: list[tuple[str, ServerMessage]] = field(default_factory=list)
-
-    def add(self, host: str, message: ServerMessage) -> None:
-        self.messages.append((host, message))
 
 
 class Controller:
@@ -67,11 +53,10 @@ class Controller:
         self.settings = settings
         self.sessions = sessions
         self.hub = hub
-        self.tokens = tokens
         self.logs = logs
+        self.commands = Commands(settings=settings, tokens=tokens, hub=hub)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
-        self._sent: dict[tuple[str, TaskKey], float] = {}  # (kind, key) → monotonic time
         self._last_running: dict[str, frozenset[TaskKey]] = {}
         self._last_seen_written: dict[str, float] = {}
 
@@ -103,75 +88,37 @@ class Controller:
             await self._stop_tasks_of_finished_jobs(session, outbox)
             await self._place_pending_jobs(session, outbox)
             await session.commit()
-        self._send(outbox)
-
-    def _send(self, outbox: Outbox) -> None:
-        for host, message in outbox.messages:
-            self.hub.send(host, message)
-
-    def _due(self, kind: str, key: TaskKey) -> bool:
-        """Throttle repeated commands for the same task attempt."""
-        now = time.monotonic()
-        if now - self._sent.get((kind, key), -RESEND_SECONDS) < RESEND_SECONDS:
-            return False
-        self._sent[(kind, key)] = now
-        return True
-
-    # --- reconcile passes ------------------------------------------------------------
+        self.commands.send(outbox)
 
     async def _mark_lost_hosts(self, session: AsyncSession, outbox: Outbox) -> None:
         timeout = self.settings.heartbeat_timeout_seconds
         cutoff = utcnow().timestamp() - timeout
-        hosts = await session.scalars(select(Host).where(Host.status == HostStatus.online))
-        for host in hosts:
+        for host in await session.scalars(select(Host).where(Host.status == HostStatus.online)):
             if host.last_heartbeat_at.timestamp() >= cutoff:
                 continue
             host.status = HostStatus.lost
             log.warning("host %s lost: no heartbeat for %.0fs", host.name, timeout)
-            tasks = await session.scalars(
-                select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE))
+            await task_events.mark_host_lost(
+                session=session,
+                commands=self.commands,
+                outbox=outbox,
+                host=host,
+                reason=f"host {host.name} was lost (no heartbeat for {timeout:.0f}s)",
             )
-            for task in tasks:
-                job = await self._job(session, task.job_id)
-                task.status, task.finished_at = TaskStatus.lost, utcnow()
-                await record_event(
-                    session=session,
-                    job=job,
-                    kind="task_status",
-                    task=task.name,
-                    message=f"{task.name} lost with host {host.name}",
-                    data={"to": "lost", "attempt": task.attempt},
-                )
-                if job.status in ACTIVE_JOB_STATUSES:
-                    await self._end_job(
-                        session,
-                        outbox,
-                        job,
-                        JobStatus.failed,
-                        f"host {host.name} was lost (no heartbeat for {timeout:.0f}s)",
-                    )
 
     async def _stop_tasks_of_finished_jobs(self, session: AsyncSession, outbox: Outbox) -> None:
         rows = await session.execute(
             select(Task, Job)
             .join(Task.job)
-            .where(Job.status.in_([JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled]))
+            .where(Job.status.in_(TERMINAL_JOB_STATUSES))
             .where(Task.status.in_([*LIVE, TaskStatus.pending]))
         )
         for task, job in rows:
             if task.status is TaskStatus.pending or task.host is None:
                 task.status = TaskStatus.stopped
-                continue
-            self._stop(outbox, task, f"job {job.id} is {job.status.value}")
-
-    def _stop(self, outbox: Outbox, task: Task, reason: str) -> None:
-        assert task.host is not None
-        key = _key(task)
-        if self._due("stop", key):
-            outbox.add(
-                task.host.name,
-                StopTask(key=key, grace_seconds=self.settings.stop_grace_seconds, reason=reason),
-            )
+            else:
+                reason = f"job {job.id} is {job.status.value}"
+                self.commands.stop(outbox, task.host.name, task_key(task), reason)
 
     async def _capacities(self, session: AsyncSession) -> list[HostCapacity]:
         hosts = [
@@ -221,59 +168,30 @@ class Controller:
         capacity = await self._capacities(session)
         for job in jobs:
             spec = JobSpec.model_validate(job.spec, strict=False)
-            needs = [TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus) for t in job.tasks]  # type: ignore[arg-type]
+            needs = [
+                TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
+                for t in job.tasks
+            ]
             # Jobs that do not fit are passed over, so smaller ones behind them can run.
             slots = place(needs, capacity)
             if isinstance(slots, Unplaceable):
                 job.reason = slots.reason
                 continue
             addresses = {key: f"{slot.address}:{slot.port}" for key, slot in slots.items()}
-            names = {slot.host_id: slot.host_name for slot in slots.values()}
             for task in job.tasks:
                 slot = slots[(task.role, task.index)]
                 task.host_id, task.port, task.gpu_indices = slot.host_id, slot.port, list(slot.gpus)
                 task.tf_config = tf_config(addresses, task.role, task.index)
                 task.status, task.pid, task.exit_code = TaskStatus.scheduled, None, None
                 task.started_at = task.finished_at = None
-                outbox.add(slot.host_name, self._start_message(spec, job, task))
-                self._due("start", _key(task))
+                self.commands.start(outbox, slot.host_name, job, task, force=True)
+            hosts = sorted({slot.host_name for slot in slots.values()})
             await transition_job(
                 session=session,
                 job=job,
                 to=JobStatus.scheduled,
-                reason=f"placed on {', '.join(sorted(names.values()))}",
+                reason=f"placed on {', '.join(hosts)}",
             )
-
-    def _start_message(self, spec: JobSpec, job: Job, task: Task) -> ServerMessage:
-        assert task.port is not None and task.tf_config is not None
-        return start_message(
-            spec=spec,
-            key=_key(task),
-            port=task.port,
-            gpus=list(task.gpu_indices),
-            tf_config=task.tf_config,
-            task_token=self.tokens.task_token(job.id),
-            checkpoint_root=self.settings.checkpoints,
-        )
-
-    async def _end_job(
-        self,
-        session: AsyncSession,
-        outbox: Outbox,
-        job: Job,
-        status: JobStatus,
-        reason: str,
-        data: dict[str, object] | None = None,
-    ) -> None:
-        await transition_job(session=session, job=job, to=status, reason=reason, data=data)
-        for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
-            if task.status is TaskStatus.pending:
-                task.status = TaskStatus.stopped
-            elif task.status in LIVE and task.host is not None:
-                self._stop(outbox, task, reason)
-
-    async def _job(self, session: AsyncSession, job_id: int) -> Job:
-        return await session.get_one(Job, job_id)
 
     # --- agent events ----------------------------------------------------------------
 
@@ -290,23 +208,24 @@ class Controller:
                 agent_version=hello.version,
             )
             for exit in hello.finished:
-                await self._apply_exit(session, outbox, host, exit)
+                await task_events.apply_exit(
+                    session=session, commands=self.commands, outbox=outbox, host=host, exit=exit
+                )
             await self._sync_running(session, outbox, host, hello.running, force=True)
             await session.commit()
         self._last_seen_written[hello.name] = time.monotonic()
+        self._last_running[hello.name] = frozenset(r.key for r in hello.running)
         first: list[ServerMessage] = [Welcome(heartbeat_seconds=self.settings.heartbeat_seconds)]
         first += [m for h, m in outbox.messages if h == hello.name]
-        self._send(Outbox([(h, m) for h, m in outbox.messages if h != hello.name]))
+        self.commands.send(Outbox([(h, m) for h, m in outbox.messages if h != hello.name]))
         self.wake()
         return first
 
     async def on_heartbeat(self, host_name: str, running: list[RunningTask]) -> None:
         keys = frozenset(r.key for r in running)
         now = time.monotonic()
-        write_due = (
-            now - self._last_seen_written.get(host_name, 0)
-            >= self.settings.heartbeat_timeout_seconds / 4
-        )
+        last_write = self._last_seen_written.get(host_name, 0.0)
+        write_due = now - last_write >= self.settings.heartbeat_timeout_seconds / 4
         if not write_due and self._last_running.get(host_name) == keys:
             return  # nothing new: spare the database
         async with self._lock, self.sessions() as session:
@@ -315,24 +234,24 @@ class Controller:
             if host is None:
                 return
             host.last_heartbeat_at = utcnow()
-            if host.status is not HostStatus.online:
-                host.status = HostStatus.online
+            host.status = HostStatus.online
             await self._sync_running(session, outbox, host, running, force=False)
             await session.commit()
         self._last_seen_written[host_name] = now
         self._last_running[host_name] = keys
-        self._send(outbox)
+        self.commands.send(outbox)
 
     async def on_task_started(self, host_name: str, key: TaskKey, pid: int) -> None:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
             host = await session.scalar(select(Host).where(Host.name == host_name))
-            task = await self._task(session, key)
-            if host is None or task is None:
+            if host is None:
                 return
-            await self._mark_started(session, outbox, host, task, key, pid)
+            await task_events.mark_started(
+                session=session, commands=self.commands, outbox=outbox, host=host, key=key, pid=pid
+            )
             await session.commit()
-        self._send(outbox)
+        self.commands.send(outbox)
 
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
         async with self._lock, self.sessions() as session:
@@ -340,160 +259,55 @@ class Controller:
             host = await session.scalar(select(Host).where(Host.name == host_name))
             if host is None:
                 return
-            await self._apply_exit(session, outbox, host, exit)
+            await task_events.apply_exit(
+                session=session, commands=self.commands, outbox=outbox, host=host, exit=exit
+            )
             await session.commit()
-        self._send(outbox)
+        self.commands.send(outbox)
         self.wake()  # freed capacity may let a pending job in
-
-    # --- shared steps ----------------------------------------------------------------
-
-    async def _task(self, session: AsyncSession, key: TaskKey) -> Task | None:
-        role, index = key.task.split(":")
-        return await session.scalar(
-            select(Task).where(
-                Task.job_id == key.job_id, Task.role == role, Task.index == int(index)
-            )
-        )
-
-    def _wanted_on(self, task: Task | None, job: Job | None, host: Host, key: TaskKey) -> bool:
-        return (
-            task is not None
-            and job is not None
-            and job.status in ACTIVE_JOB_STATUSES
-            and task.status in LIVE
-            and task.host_id == host.id
-            and task.attempt == key.attempt
-        )
-
-    async def _mark_started(
-        self, session: AsyncSession, outbox: Outbox, host: Host, task: Task, key: TaskKey, pid: int
-    ) -> None:
-        job = await self._job(session, task.job_id)
-        if not self._wanted_on(task, job, host, key):
-            if self._due("stop", key):
-                outbox.add(
-                    host.name,
-                    StopTask(
-                        key=key, grace_seconds=self.settings.stop_grace_seconds, reason="not wanted"
-                    ),
-                )
-            return
-        if task.status is TaskStatus.scheduled:
-            task.status, task.pid, task.started_at = TaskStatus.running, pid, utcnow()
-            await record_event(
-                session=session,
-                job=job,
-                kind="task_status",
-                task=task.name,
-                message=f"{task.name} started on {host.name} (pid {pid})",
-                data={"to": "running", "attempt": task.attempt, "pid": pid},
-            )
-        if job.status in (JobStatus.scheduled, JobStatus.restarting):
-            siblings = await session.scalars(select(Task).where(Task.job_id == job.id))
-            if all(t.status is TaskStatus.running for t in siblings if t.role != "evaluator"):
-                await transition_job(
-                    session=session, job=job, to=JobStatus.running, reason="all tasks are running"
-                )
-
-    async def _apply_exit(
-        self, session: AsyncSession, outbox: Outbox, host: Host, exit: TaskExit
-    ) -> None:
-        key = exit.key
-        task = await self._task(session, key)
-        if task is None or task.attempt != key.attempt or task.host_id != host.id:
-            return  # an exit of an attempt we no longer track
-        if task.status not in LIVE:
-            return  # already applied (the agent resent it after a reconnect)
-        job = await self._job(session, task.job_id)
-        siblings = [
-            (t.role, t.status)
-            for t in await session.scalars(select(Task).where(Task.job_id == job.id))
-            if t.id != task.id
-        ]
-        outcome = judge_exit(
-            strategy=job.strategy,
-            role=task.role,
-            task=task.name,
-            exit_code=exit.exit_code,
-            signal=exit.signal,
-            error=exit.error,
-            job_status=job.status,
-            sibling_statuses=siblings,
-        )
-        task.status, task.exit_code, task.finished_at = (
-            outcome.task_status,
-            exit.exit_code,
-            utcnow(),
-        )
-        details: dict[str, object] = {
-            "to": outcome.task_status.value,
-            "attempt": task.attempt,
-            "exit_code": exit.exit_code,
-            "signal": exit.signal,
-            "log_tail": exit.log_tail,
-        }
-        await record_event(
-            session=session,
-            job=job,
-            kind="task_status",
-            task=task.name,
-            message=outcome.reason,
-            data=details,
-        )
-        if outcome.job_status is not None:
-            await self._end_job(
-                session, outbox, job, outcome.job_status, outcome.reason, data=details
-            )
 
     async def _sync_running(
         self,
         session: AsyncSession,
         outbox: Outbox,
         host: Host,
-        running: Iterable[RunningTask],
+        running: list[RunningTask],
         *,
         force: bool,
     ) -> None:
         """Compare what the agent runs with what it should run, and send the difference."""
-        reported = {r.key: r for r in running}
-        for key, entry in reported.items():
-            task = await self._task(session, key)
+        reported = {r.key: r.pid for r in running}
+        for key, pid in reported.items():
+            task = await task_events.find_task(session=session, key=key)
             job = await session.get(Job, key.job_id) if task is not None else None
-            if self._wanted_on(task, job, host, key):
-                assert task is not None
-                if task.status is TaskStatus.scheduled:  # its task_started was lost
-                    await self._mark_started(session, outbox, host, task, key, entry.pid)
-            elif force or self._due("stop", key):
-                self._sent[("stop", key)] = time.monotonic()
-                outbox.add(
-                    host.name,
-                    StopTask(
-                        key=key, grace_seconds=self.settings.stop_grace_seconds, reason="not wanted"
-                    ),
+            if not task_events.wanted_on(task, job, host, key):
+                self.commands.stop(
+                    outbox, host.name, key, "this attempt should not run", force=force
                 )
-        expected = await session.scalars(
+            elif task is not None and task.status is TaskStatus.scheduled:
+                # Its task_started was lost with a dropped connection.
+                await task_events.mark_started(
+                    session=session,
+                    commands=self.commands,
+                    outbox=outbox,
+                    host=host,
+                    key=key,
+                    pid=pid,
+                )
+        for task in await session.scalars(
             select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE))
-        )
-        for task in expected:
-            key = _key(task)
+        ):
+            key = task_key(task)
             if key in reported:
                 continue
-            job = await self._job(session, task.job_id)
+            job = await session.get_one(Job, task.job_id)
             if job.status.is_terminal:
                 task.status, task.finished_at = TaskStatus.stopped, utcnow()
             elif task.status is TaskStatus.running:
-                # Exits travel before heartbeats on the same channel: this one is gone unseen.
-                await self._apply_exit(
-                    session,
-                    outbox,
-                    host,
-                    TaskExit(key=key, exit_code=None, error="the agent no longer runs it"),
+                # Exits travel before heartbeats on the same channel: this one went unseen.
+                gone = TaskExit(key=key, exit_code=None, error="the agent no longer runs it")
+                await task_events.apply_exit(
+                    session=session, commands=self.commands, outbox=outbox, host=host, exit=gone
                 )
-            elif force or self._due("start", key):
-                self._sent[("start", key)] = time.monotonic()
-                spec = JobSpec.model_validate(job.spec, strict=False)
-                outbox.add(host.name, self._start_message(spec, job, task))
-
-
-def _key(task: Task) -> TaskKey:
-    return TaskKey(job_id=task.job_id, task=task.name, attempt=task.attempt)
+            else:
+                self.commands.start(outbox, host.name, job, task, force=force)

@@ -25,6 +25,7 @@ EXPECTED_LEGAL = {
     (S.scheduled, S.running),
     (S.scheduled, S.pending),
     (S.scheduled, S.restarting),
+    (S.scheduled, S.succeeded),
     (S.scheduled, S.failed),
     (S.scheduled, S.cancelled),
     (S.running, S.succeeded),

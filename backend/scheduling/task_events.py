@@ -1,0 +1,173 @@
+"""Applying what agents report about tasks (started, exited) to tasks and their jobs.
+
+Service functions: keyword-only, they flush through the lifecycle helpers and never commit.
+Every one is safe to apply twice: a report about an attempt that is not live any more, or
+not on the reporting host, changes nothing.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.protocol import TaskExit, TaskKey
+from backend.db import utcnow
+from backend.hosts.models import Host
+from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.models import Job, Task
+from backend.jobs.states import ACTIVE_JOB_STATUSES, JobStatus, TaskStatus
+from backend.scheduling.commands import Commands, Outbox, task_key
+from backend.scheduling.outcome import judge_exit
+
+LIVE = (TaskStatus.scheduled, TaskStatus.running)
+
+
+async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
+    role, index = key.task.split(":")
+    return await session.scalar(
+        select(Task).where(Task.job_id == key.job_id, Task.role == role, Task.index == int(index))
+    )
+
+
+def wanted_on(task: Task | None, job: Job | None, host: Host, key: TaskKey) -> bool:
+    """Whether this attempt should be running on this host right now."""
+    return (
+        task is not None
+        and job is not None
+        and job.status in ACTIVE_JOB_STATUSES
+        and task.status in LIVE
+        and task.host_id == host.id
+        and task.attempt == key.attempt
+    )
+
+
+async def end_job(
+    *,
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    job: Job,
+    status: JobStatus,
+    reason: str,
+    data: dict[str, object] | None = None,
+) -> None:
+    """Finish a job and stop whatever of it still runs."""
+    await transition_job(session=session, job=job, to=status, reason=reason, data=data)
+    for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
+        if task.status is TaskStatus.pending:
+            task.status = TaskStatus.stopped
+        elif task.status in LIVE and task.host is not None:
+            commands.stop(outbox, task.host.name, task_key(task), reason)
+
+
+async def mark_started(
+    *,
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    host: Host,
+    key: TaskKey,
+    pid: int,
+) -> None:
+    task = await find_task(session=session, key=key)
+    job = await session.get(Job, key.job_id) if task is not None else None
+    if not wanted_on(task, job, host, key):
+        commands.stop(outbox, host.name, key, "this attempt should not run")
+        return
+    assert task is not None and job is not None
+    if task.status is TaskStatus.scheduled:
+        task.status, task.pid, task.started_at = TaskStatus.running, pid, utcnow()
+        await record_event(
+            session=session,
+            job=job,
+            kind="task_status",
+            task=task.name,
+            message=f"{task.name} started on {host.name} (pid {pid})",
+            data={"to": "running", "attempt": task.attempt, "pid": pid},
+        )
+    if job.status in (JobStatus.scheduled, JobStatus.restarting):
+        siblings = await session.scalars(select(Task).where(Task.job_id == job.id))
+        if all(t.status is TaskStatus.running for t in siblings if t.role != "evaluator"):
+            await transition_job(
+                session=session, job=job, to=JobStatus.running, reason="all tasks are running"
+            )
+
+
+async def apply_exit(
+    *, session: AsyncSession, commands: Commands, outbox: Outbox, host: Host, exit: TaskExit
+) -> None:
+    task = await find_task(session=session, key=exit.key)
+    if task is None or task.attempt != exit.key.attempt or task.host_id != host.id:
+        return  # an exit of an attempt we no longer track
+    if task.status not in LIVE:
+        return  # already applied (the agent resent it after a reconnect)
+    job = await session.get_one(Job, task.job_id)
+    siblings = [
+        (t.role, t.status)
+        for t in await session.scalars(select(Task).where(Task.job_id == job.id))
+        if t.id != task.id
+    ]
+    outcome = judge_exit(
+        strategy=job.strategy,
+        role=task.role,
+        task=task.name,
+        exit_code=exit.exit_code,
+        signal=exit.signal,
+        error=exit.error,
+        job_status=job.status,
+        sibling_statuses=siblings,
+    )
+    task.status, task.exit_code, task.finished_at = outcome.task_status, exit.exit_code, utcnow()
+    details: dict[str, object] = {
+        "to": outcome.task_status.value,
+        "attempt": task.attempt,
+        "exit_code": exit.exit_code,
+        "signal": exit.signal,
+        "log_tail": exit.log_tail,
+    }
+    await record_event(
+        session=session,
+        job=job,
+        kind="task_status",
+        task=task.name,
+        message=outcome.reason,
+        data=details,
+    )
+    if outcome.job_status is not None:
+        await end_job(
+            session=session,
+            commands=commands,
+            outbox=outbox,
+            job=job,
+            status=outcome.job_status,
+            reason=outcome.reason,
+            data=details,
+        )
+
+
+async def mark_host_lost(
+    *, session: AsyncSession, commands: Commands, outbox: Outbox, host: Host, reason: str
+) -> None:
+    """Its tasks cannot keep their addresses: mark them lost and end their jobs."""
+    for task in await session.scalars(
+        select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE))
+    ):
+        job = await session.get_one(Job, task.job_id)
+        task.status, task.finished_at = TaskStatus.lost, utcnow()
+        await record_event(
+            session=session,
+            job=job,
+            kind="task_status",
+            task=task.name,
+            message=f"{task.name} lost with host {host.name}",
+            data={"to": "lost", "attempt": task.attempt},
+        )
+        if job.status in ACTIVE_JOB_STATUSES:
+            await end_job(
+                session=session,
+                commands=commands,
+                outbox=outbox,
+                job=job,
+                status=JobStatus.failed,
+                reason=reason,
+            )
