@@ -29,9 +29,7 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
         for method in operations
         if path != "/healthz"
     }
-    templated = {
-        (m, p.replace("/1", "/{job_id}").replace("chief:0", "{task}")) for m, p in ROUTES
-    }
+    templated = {(m, p.replace("/1", "/{job_id}").replace("chief:0", "{task}")) for m, p in ROUTES}
     assert documented == templated
     for path, operations in schema["paths"].items():
         for operation in operations.values():

@@ -27,7 +27,13 @@ class Cluster:
     agent_token: str
     data_dir: Path
     http: httpx.Client
+    process: subprocess.Popen[bytes]
     extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def agent_pids(self) -> list[int]:
+        """The local agents `strata up` started (its child processes)."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(pid) for pid in children.read_text().split()]
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         response = self.http.post("/jobs", json=spec)
@@ -166,6 +172,7 @@ def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> I
         admin_token=admin,
         agent_token=agent,
         data_dir=data_dir,
+        process=process,
         http=httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30),
     )
     try:

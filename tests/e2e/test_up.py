@@ -1,0 +1,37 @@
+"""`strata up` stops everything it started when interrupted, running jobs included."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import job_processes, local_cluster, wait_no_processes
+
+pytestmark = pytest.mark.e2e
+
+
+def test_ctrl_c_stops_agents_and_their_running_tasks(tmp_path: Path) -> None:
+    with local_cluster(tmp_path / "data", agents=1) as cluster:
+        job = cluster.submit(
+            {
+                "name": "long-runner",
+                "strategy": "multi_worker_mirrored",
+                "entrypoint": ["python", "-c", "import time; time.sleep(600)"],
+                "replicas": {"worker": {"count": 2}},
+            }
+        )
+        cluster.wait_status(job["id"], "running", timeout=60)
+        assert len(job_processes(job["id"])) == 2
+        agents = cluster.agent_pids()
+        assert len(agents) == 1
+        cluster.process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        # uvicorn re-raises SIGINT once it has shut down: 130 is the shell's code for Ctrl-C.
+        assert cluster.process.wait(timeout=60) in (0, 130)
+    wait_no_processes(job["id"], timeout=10)
+    for pid in agents:
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+        )
