@@ -49,10 +49,12 @@ def make_dataset_creator(
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = input_context.get_per_replica_batch_size(global_batch)
         dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-        # Each input pipeline (a worker under multi-worker strategies) reads its own shard, and
-        # shuffles it differently; the data repeat forever, so steps_per_epoch bounds an epoch.
+        # Under multi_worker_mirrored each worker is one input pipeline and reads its own shard.
+        # Under parameter_server every worker is pipeline 0 of 1 and reads everything, so the
+        # shuffle is unseeded: each worker then draws its own order. The data repeat forever,
+        # which is why model.fit needs steps_per_epoch.
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        dataset = dataset.shuffle(len(features), seed=input_context.input_pipeline_id)
+        dataset = dataset.shuffle(len(features))
         return dataset.repeat().batch(batch, drop_remainder=True).prefetch(2)
 
     return keras.utils.experimental.DatasetCreator(dataset_fn)

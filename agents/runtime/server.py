@@ -12,10 +12,12 @@ Exit codes (for the agent's supervisor):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any, NoReturn
 
@@ -24,22 +26,27 @@ from agents.runtime.cluster import ClusterConfigError, TFConfig, tf_config
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def install_stop_handlers() -> threading.Event:
-    """An event set by SIGTERM/SIGINT, installed before the slow TensorFlow import.
+def exit_on_stop_signals(name: str) -> None:
+    """Makes SIGTERM/SIGINT end the process at once with exit code 0 and one log line.
 
-    Installed first so that a stop that arrives while TensorFlow loads is still a quiet exit 0
-    rather than a KeyboardInterrupt traceback. Only the main thread may install handlers; in any
-    other thread the event is simply never set and the default signal behaviour applies.
+    Installed before the slow TensorFlow import, so that a stop that arrives while TensorFlow
+    loads is just as prompt and quiet (no KeyboardInterrupt traceback). The exit skips
+    interpreter teardown on purpose: gRPC servers have no clean shutdown in TF
+    (`Server.stop()` is unimplemented) and tearing one down can block on in-flight RPCs from
+    the coordinator. Only the main thread may install handlers; elsewhere this does nothing and
+    the default signal behaviour applies.
     """
-    stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        # os.write, not print: the handler may interrupt a print in progress on the main thread.
+        line = f"strata: {name} stopped ({signal.Signals(signum).name})\n"
+        with contextlib.suppress(OSError):
+            os.write(sys.stdout.fileno(), line.encode())
+        os._exit(0)
 
     if threading.current_thread() is threading.main_thread():
         for signum in STOP_SIGNALS:
             signal.signal(signum, on_signal)
-    return stop
 
 
 def start_server(config: TFConfig) -> Any:
@@ -59,10 +66,10 @@ def start_server(config: TFConfig) -> Any:
     )
 
 
-def serve(config: TFConfig, stop: threading.Event | None = None) -> NoReturn:
-    """Serves this task until SIGTERM/SIGINT, then exits the process with 0."""
-    stop = install_stop_handlers() if stop is None else stop
+def serve(config: TFConfig) -> NoReturn:
+    """Serves this task until SIGTERM/SIGINT, which exit the process with 0."""
     name = f"{config.task_type}:{config.task_index}"
+    exit_on_stop_signals(name)
     try:
         # Held in a local for the rest of the process: the server serves while it is alive.
         _server = start_server(config)
@@ -71,20 +78,14 @@ def serve(config: TFConfig, stop: threading.Event | None = None) -> NoReturn:
         sys.stderr.flush()
         os._exit(1)
     print(f"strata: serving {name} at {config.address}", flush=True)
-    # A timed wait rather than server.join(): join() blocks inside C++ where Python signal
-    # handlers never run, and the short timeout bounds the delay when the kernel hands the
-    # signal to one of gRPC's threads instead of the main thread.
-    while not stop.wait(0.5):
-        pass
-    print(f"strata: {name} stopped", flush=True)
-    sys.stderr.flush()
-    # gRPC servers have no clean shutdown in TF (Server.stop() is unimplemented) and interpreter
-    # teardown can block on in-flight coordinator RPCs, so leave without running it.
-    os._exit(0)
+    # Sleeping in Python rather than in server.join(): join() blocks inside C++, where Python
+    # signal handlers never run. The kernel normally interrupts the main thread's sleep at
+    # once; the short period only bounds the delay when a gRPC thread takes the signal.
+    while True:
+        time.sleep(0.5)
 
 
 def main() -> int:
-    stop = install_stop_handlers()
     try:
         config = tf_config()
     except ClusterConfigError as exc:
@@ -100,7 +101,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    serve(config, stop)
+    serve(config)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ megabytes, and `agents.runtime` is imported by code that never trains.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, TypeAlias
 
 from agents.runtime.cluster import StrategyName, TFConfig
@@ -31,7 +32,8 @@ def build_strategy(name: StrategyName, config: TFConfig | None) -> Strategy:
     """A new strategy of the given kind for this task (a strategy can be built once a process).
 
     The cluster comes from TF_CONFIG through TFConfigClusterResolver, exactly as TensorFlow
-    would read it; `config` is our own parse of the same variable, used for checks.
+    would read it; `config` is our own parse of the same variable, for the log line and the
+    number of ps tasks.
     """
     tf = import_tensorflow()
     if name == "mirrored":
@@ -40,6 +42,14 @@ def build_strategy(name: StrategyName, config: TFConfig | None) -> Strategy:
     if config is None:
         raise RuntimeError(f"strategy {name} needs TF_CONFIG to describe the cluster")
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # Both multi-worker strategies block in their constructor, silently and possibly for
+    # minutes, until the rest of the cluster answers; say what this task is waiting for.
+    sizes = ", ".join(f"{len(addrs)} {role}" for role, addrs in config.cluster.items())
+    print(
+        f"strata: {config.task_type}:{config.task_index} joining the {name} cluster ({sizes})",
+        file=sys.stderr,
+        flush=True,
+    )
     if name == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     num_ps = len(config.cluster.get("ps", ()))
