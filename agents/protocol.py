@@ -137,3 +137,62 @@ class Refused(_Message):
 
 ServerMessage = Annotated[Welcome | StartTask | StopTask | Refused, Field(discriminator="type")]
 server_message = TypeAdapter[ServerMessage](ServerMessage)
+
+
+# --- the runtime channel (/tasks/connect): a training process and the server ------------
+#
+# A task sends numbered metric points; the server acknowledges the highest number it has
+# durably stored, and the task forgets points up to it. After a reconnect the task resends
+# what is unacknowledged, and the server's unique key drops what it already has.
+
+MAX_POINTS_PER_BATCH = 5_000
+METRIC_NAME_PATTERN = r"^[A-Za-z0-9_.:/\-]{1,128}$"
+
+
+class MetricPoint(_Message):
+    seq: int = Field(ge=0)  # per task attempt, from 0, increasing by one
+    name: str = Field(pattern=METRIC_NAME_PATTERN)  # "loss", "val_accuracy", "steps_per_sec"
+    step: int = Field(ge=0, le=2**62)
+    value: float = Field(allow_inf_nan=True)
+    wall_time: float  # seconds since the epoch, when the value was observed
+
+
+class TaskHello(_Message):
+    """First frame of a runtime: which task attempt it is (the token names the job)."""
+
+    type: Literal["task_hello"] = "task_hello"
+    task: str = Field(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")
+    attempt: int = Field(ge=0)
+
+
+class MetricBatch(_Message):
+    type: Literal["metrics"] = "metrics"
+    points: list[MetricPoint] = Field(min_length=1, max_length=MAX_POINTS_PER_BATCH)
+
+
+RuntimeMessage = Annotated[TaskHello | MetricBatch, Field(discriminator="type")]
+runtime_message = TypeAdapter[RuntimeMessage](RuntimeMessage)
+
+
+class TaskWelcome(_Message):
+    """The server's answer to task_hello: where to resume numbering after a restart."""
+
+    type: Literal["task_welcome"] = "task_welcome"
+    next_seq: int  # one past the highest sequence number stored for this attempt
+
+
+class Ack(_Message):
+    type: Literal["ack"] = "ack"
+    seq: int  # every point with a number up to this one is stored
+
+
+class Command(_Message):
+    """A control command for the training process (checkpoint now, stop)."""
+
+    type: Literal["command"] = "command"
+    id: int
+    action: Literal["checkpoint", "stop"]
+
+
+RuntimeServerMessage = Annotated[TaskWelcome | Ack | Command, Field(discriminator="type")]
+runtime_server_message = TypeAdapter[RuntimeServerMessage](RuntimeServerMessage)

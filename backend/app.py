@@ -11,7 +11,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from backend.api import agent_channel, health, hosts, jobs, tasks
+from backend.api import (
+    agent_channel,
+    health,
+    hosts,
+    jobs,
+    metrics,
+    streams,
+    task_channel,
+    tasks,
+)
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import create_engine, session_factory
@@ -19,6 +28,10 @@ from backend.errors import install_error_handlers
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.schema import upgrade_database
+from backend.streams.broker import Broker, job_topic
+from backend.streams.events import BROKER, PublishingSession
+from backend.streams.history import log_frame
+from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
@@ -48,24 +61,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         engine = create_engine(settings.resolved_database_url)
         await upgrade_database(engine)
+        broker = app.state.broker = Broker()
         app.state.engine = engine
-        app.state.sessions = session_factory(engine)
+        app.state.sessions = session_factory(
+            engine, sync_session_class=PublishingSession, info={BROKER: broker}
+        )
         app.state.hub = AgentHub()
+        app.state.ingestor = Ingestor(app.state.sessions, broker)
+
+        def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
+            broker.publish(job_topic(job_id), log_frame(task, attempt, first, lines))
+
         app.state.controller = Controller(
             settings=settings,
             sessions=app.state.sessions,
             hub=app.state.hub,
             tokens=app.state.tokens,
-            logs=LogStore(settings.data_dir / "logs", settings.log_bytes_per_task),
+            logs=LogStore(settings.data_dir / "logs", settings.log_bytes_per_task, publish_log),
         )
         log.info("database ready (%s)", engine.dialect.name)
-        controller_task = asyncio.create_task(app.state.controller.run(), name="controller")
+        background = [
+            asyncio.create_task(app.state.controller.run(), name="controller"),
+            asyncio.create_task(app.state.ingestor.run(), name="ingestor"),
+        ]
         try:
             yield
         finally:
-            controller_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await controller_task
+            for task in background:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await app.state.hub.close_all()
             await engine.dispose()
 
@@ -82,7 +107,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
     )
     install_error_handlers(app)
-    for router in (health.router, jobs.router, tasks.router, hosts.router, agent_channel.router):
+    for router in (
+        health.router,
+        jobs.router,
+        tasks.router,
+        metrics.router,
+        hosts.router,
+        agent_channel.router,
+        task_channel.router,
+        streams.router,
+    ):
         app.include_router(router)
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(RedactTokens())

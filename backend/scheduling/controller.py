@@ -39,6 +39,8 @@ from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
 
+RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
+
 
 class Controller:
     def __init__(
@@ -59,6 +61,7 @@ class Controller:
         self._wake = asyncio.Event()
         self._last_running: dict[str, frozenset[TaskKey]] = {}
         self._last_seen_written: dict[str, float] = {}
+        self._started = time.monotonic()
 
     def wake(self) -> None:
         """Ask for a reconcile pass now (a job was submitted, cancelled, an agent joined)."""
@@ -90,8 +93,15 @@ class Controller:
             await session.commit()
         self.commands.send(outbox)
 
+    def startup_grace(self) -> float:
+        """After a server (re)start, agents need time to notice and reconnect (their backoff
+        tops out at 10 s) before silence means a host is gone."""
+        return self.settings.heartbeat_timeout_seconds + RECONNECT_CEILING_SECONDS
+
     async def _mark_lost_hosts(self, session: AsyncSession, outbox: Outbox) -> None:
         timeout = self.settings.heartbeat_timeout_seconds
+        if time.monotonic() - self._started < self.startup_grace():
+            return
         cutoff = utcnow().timestamp() - timeout
         for host in await session.scalars(select(Host).where(Host.status == HostStatus.online)):
             if host.last_heartbeat_at.timestamp() >= cutoff:

@@ -1,16 +1,22 @@
 """Task logs: one append-only file per task attempt under the data dir, capped in size.
 
 Agents number the lines they send, so a batch that arrives twice (after a reconnect) is
-written once: the store remembers how many lines each file holds and skips what it has.
+written once: the store remembers how many lines of each attempt it has received and skips
+what it has. Readers and stream cursors count lines of the file itself, which can differ
+from the agent's numbering by the marker lines the store writes (a gap, the size cap).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 TRUNCATED = "[strata] log cap reached; later lines of this attempt are not kept"
+
+# Called with (job_id, task, attempt, first file line, lines) for every append that wrote.
+OnAppend = Callable[[int, str, int, int, list[str]], None]
 
 
 @dataclass(frozen=True)
@@ -20,55 +26,68 @@ class LogSlice:
     total_lines: int
 
 
+@dataclass
+class _FileState:
+    received: int  # lines received, in the agent's numbering
+    written: int  # lines in the file
+    size: int  # bytes in the file
+
+
 class LogStore:
-    def __init__(self, root: Path, max_bytes: int) -> None:
+    def __init__(self, root: Path, max_bytes: int, on_append: OnAppend | None = None) -> None:
         self.root = root
         self.max_bytes = max_bytes
-        self._lines: dict[Path, int] = {}  # lines received (written or past the cap)
-        self._bytes: dict[Path, int] = {}
+        self.on_append = on_append
+        self._files: dict[Path, _FileState] = {}
 
     def path(self, job_id: int, task: str, attempt: int) -> Path:
         role, index = task.split(":")
         return self.root / f"job-{job_id}" / f"{role}-{index}.{attempt}.log"
 
-    def _state(self, path: Path) -> tuple[int, int]:
-        if path not in self._lines:
-            if path.exists():
-                data = path.read_bytes()
-                self._lines[path] = data.count(b"\n")
-                self._bytes[path] = len(data)
-            else:
-                self._lines[path], self._bytes[path] = 0, 0
-        return self._lines[path], self._bytes[path]
+    def _state(self, path: Path) -> _FileState:
+        state = self._files.get(path)
+        if state is None:
+            data = path.read_bytes() if path.exists() else b""
+            lines = data.count(b"\n")
+            # After a restart the agent's numbering is taken to match the file's.
+            state = self._files[path] = _FileState(received=lines, written=lines, size=len(data))
+        return state
+
+    def lines_in(self, job_id: int, task: str, attempt: int) -> int:
+        return self._state(self.path(job_id, task, attempt)).written
 
     def append(
         self, job_id: int, task: str, attempt: int, first_line: int, lines: list[str]
     ) -> int:
         """Append the lines not yet stored; returns how many were new."""
         path = self.path(job_id, task, attempt)
-        have, size = self._state(path)
-        fresh = lines[max(0, have - first_line) :] if first_line <= have else []
+        state = self._state(path)
+        have = state.received
         if first_line > have:
             # A gap: the agent dropped lines while it could not reach us. Say so in the log.
             fresh = [f"[strata] {first_line - have} lines were lost in transit", *lines]
+        else:
+            fresh = lines[have - first_line :]
         if not fresh:
             return 0
-        path.parent.mkdir(parents=True, exist_ok=True)
+        state.received = max(have, first_line + len(lines))
         kept: list[str] = []
         for line in fresh:
             encoded = len(line.encode()) + 1
-            if size + encoded > self.max_bytes:
-                if size < self.max_bytes:
+            if state.size + encoded > self.max_bytes:
+                if state.size < self.max_bytes:
                     kept.append(TRUNCATED)
-                    size = self.max_bytes
+                    state.size = self.max_bytes
                 break
             kept.append(line)
-            size += encoded
+            state.size += encoded
         if kept:
+            path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a", encoding="utf-8", errors="replace") as handle:
                 handle.write("".join(f"{line}\n" for line in kept))
-        self._lines[path] = max(have, first_line) + len(lines)
-        self._bytes[path] = size
+            first_written, state.written = state.written, state.written + len(kept)
+            if self.on_append is not None:
+                self.on_append(job_id, task, attempt, first_written, kept)
         return len(fresh)
 
     def read(
@@ -89,7 +108,7 @@ class LogStore:
             if tail is not None:
                 last: deque[str] = deque(maxlen=tail)
                 total = 0
-                for total, line in enumerate(handle, start=1):  # noqa: B007
+                for total, line in enumerate(handle, start=1):  # noqa: B007 - used after
                     last.append(line.rstrip("\n"))
                 return LogSlice(first_line=total - len(last), lines=list(last), total_lines=total)
             lines: list[str] = []

@@ -27,5 +27,6 @@ class MetricPoint(Base):
     seq: Mapped[int] = mapped_column(BigInteger)
     name: Mapped[str] = mapped_column(String(128))
     step: Mapped[int] = mapped_column(BigInteger)
-    value: Mapped[float] = mapped_column(Float)
+    # NULL stands for NaN: SQLite cannot store NaN in a REAL column, and NaN is worth keeping.
+    value: Mapped[float | None] = mapped_column(Float)
     wall_time: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -16,6 +16,7 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/jobs/1/cancel"),
     ("GET", "/jobs/1/events"),
     ("GET", "/jobs/1/tasks/chief:0/logs"),
+    ("GET", "/jobs/1/metrics"),
     ("GET", "/hosts"),
     ("GET", "/cluster"),
 ]

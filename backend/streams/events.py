@@ -1,0 +1,64 @@
+"""Job events reach live subscribers once, and only once their transaction has committed.
+
+A session listener collects the JobEvent rows each flush inserts and publishes them after
+commit (dropping them on rollback), so no code that records an event has to remember to
+publish it, and nobody ever sees an event that was rolled back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from backend.jobs.models import JobEvent
+from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
+
+PENDING = "strata.pending_events"
+BROKER = "strata.broker"
+
+
+def event_frame(row: JobEvent) -> dict[str, Any]:
+    return {
+        "type": "event",
+        "job_id": row.job_id,
+        "event": {
+            "id": row.id,
+            "at": row.at.isoformat(),
+            "kind": row.kind,
+            "task": row.task,
+            "from_status": row.from_status,
+            "to_status": row.to_status,
+            "message": row.message,
+            "data": row.data,
+        },
+    }
+
+
+class PublishingSession(Session):
+    """The sync session behind the server's AsyncSessions; see install_publishing."""
+
+
+@event.listens_for(PublishingSession, "after_flush")
+def _collect(session: Session, _context: object) -> None:
+    new = [obj for obj in session.new if isinstance(obj, JobEvent)]
+    if new and BROKER in session.info:
+        session.info.setdefault(PENDING, []).extend(new)
+
+
+@event.listens_for(PublishingSession, "after_commit")
+def _publish(session: Session) -> None:
+    rows: list[JobEvent] = session.info.pop(PENDING, [])
+    broker: Broker | None = session.info.get(BROKER)
+    if broker is None:
+        return
+    for row in rows:
+        frame = event_frame(row)
+        broker.publish(job_topic(row.job_id), frame)
+        broker.publish(CLUSTER_TOPIC, frame)
+
+
+@event.listens_for(PublishingSession, "after_rollback")
+def _discard(session: Session) -> None:
+    session.info.pop(PENDING, None)

@@ -1,0 +1,149 @@
+"""Metric ingest: many tasks' batches, one writer, one bulk insert per write.
+
+A task's batch is acknowledged only after the insert that holds it has committed, so a
+task that forgets acknowledged points loses nothing. Per task attempt the writer keeps the
+highest sequence number stored; points at or below it are resends and are skipped, and the
+unique key (job, task, attempt, seq) backs that up should two writes ever race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from agents.protocol import MetricPoint as WirePoint
+from backend.streams.broker import Broker, job_topic
+from backend.streams.models import MetricPoint
+
+log = logging.getLogger(__name__)
+
+AttemptKey = tuple[int, str, int]  # (job_id, task, attempt)
+MAX_ROWS_PER_WRITE = 50_000
+
+
+@dataclass
+class _Pending:
+    key: AttemptKey
+    points: Sequence[WirePoint]
+    done: asyncio.Future[int] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class Ingestor:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], broker: Broker) -> None:
+        self._sessions = sessions
+        self._broker = broker
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._stored: dict[AttemptKey, int] = {}
+        self.points_written = 0
+
+    async def stored_through(self, key: AttemptKey) -> int:
+        """The highest sequence number stored for an attempt (-1 when none)."""
+        if key not in self._stored:
+            async with self._sessions() as session:
+                highest = await session.scalar(
+                    select(func.max(MetricPoint.seq)).where(
+                        MetricPoint.job_id == key[0],
+                        MetricPoint.task == key[1],
+                        MetricPoint.attempt == key[2],
+                    )
+                )
+            self._stored.setdefault(key, -1 if highest is None else int(highest))
+        return self._stored[key]
+
+    async def submit(self, key: AttemptKey, points: Sequence[WirePoint]) -> int:
+        """Store a batch; returns the highest sequence number now stored for the attempt."""
+        await self.stored_through(key)
+        pending = _Pending(key, points)
+        self._queue.put_nowait(pending)
+        return await pending.done
+
+    async def run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            rows = len(batch[0].points)
+            while rows < MAX_ROWS_PER_WRITE and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+                rows += len(batch[-1].points)
+            try:
+                await self._write(batch)
+            except Exception as exc:
+                log.exception("metric write of %d rows failed", rows)
+                for pending in batch:
+                    if not pending.done.done():
+                        pending.done.set_exception(exc)
+
+    async def _write(self, batch: list[_Pending]) -> None:
+        rows: list[dict[str, Any]] = []
+        fresh: dict[AttemptKey, list[WirePoint]] = defaultdict(list)
+        highest = dict(self._stored)
+        for pending in batch:
+            job_id, task, attempt = pending.key
+            for point in pending.points:
+                if point.seq <= highest.get(pending.key, -1):
+                    continue
+                highest[pending.key] = point.seq
+                fresh[pending.key].append(point)
+                rows.append(
+                    {
+                        "job_id": job_id,
+                        "task": task,
+                        "attempt": attempt,
+                        "seq": point.seq,
+                        "name": point.name,
+                        "step": point.step,
+                        "value": None if math.isnan(point.value) else point.value,
+                        "wall_time": datetime.fromtimestamp(point.wall_time, UTC),
+                    }
+                )
+        if rows:
+            async with self._sessions() as session:
+                dialect = session.get_bind().dialect.name
+                insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+                statement = insert(MetricPoint).on_conflict_do_nothing(
+                    index_elements=["job_id", "task", "attempt", "seq"]
+                )
+                await session.execute(statement, rows)
+                await session.commit()
+        self._stored.update(highest)
+        self.points_written += len(rows)
+        for pending in batch:
+            if not pending.done.done():
+                pending.done.set_result(self._stored.get(pending.key, -1))
+        for key, points in fresh.items():
+            self._broker.publish(job_topic(key[0]), metrics_frame(key, points))
+
+    def forget(self, key: AttemptKey) -> None:
+        with contextlib.suppress(KeyError):
+            del self._stored[key]
+
+
+def metrics_frame(key: AttemptKey, points: Sequence[WirePoint]) -> dict[str, Any]:
+    """Columnar series, as uPlot draws them: per metric name, [steps], [values], [times]."""
+    series: dict[str, list[list[float | None]]] = {}
+    for point in points:
+        columns = series.setdefault(point.name, [[], [], []])
+        columns[0].append(point.step)
+        # JSON has no NaN or infinity (browsers refuse them): a diverged loss is sent as null.
+        columns[1].append(point.value if math.isfinite(point.value) else None)
+        columns[2].append(point.wall_time)
+    return {
+        "type": "metrics",
+        "task": key[1],
+        "attempt": key[2],
+        "last_seq": points[-1].seq,
+        "series": series,
+    }
