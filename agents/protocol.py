@@ -150,6 +150,10 @@ METRIC_NAME_PATTERN = r"^[A-Za-z0-9_.:/\-]{1,128}$"
 
 
 class MetricPoint(_Message):
+    # A diverged loss is worth seeing: NaN and infinities travel as the JSON extensions
+    # NaN/Infinity, which both ends parse, rather than as null.
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
     seq: int = Field(ge=0)  # per task attempt, from 0, increasing by one
     name: str = Field(pattern=METRIC_NAME_PATTERN)  # "loss", "val_accuracy", "steps_per_sec"
     step: int = Field(ge=0, le=2**62)

@@ -1,0 +1,288 @@
+"""Metrics in through the runtime channel, out through the job stream and the metrics API."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.testclient import WebSocketTestSession
+from starlette.websockets import WebSocketDisconnect
+
+from agents.protocol import (
+    Ack,
+    MetricBatch,
+    MetricPoint,
+    TaskHello,
+    TaskWelcome,
+    runtime_server_message,
+)
+from backend.app import create_app
+from tests.conftest import ADMIN_TOKEN, make_settings
+from tests.support.factories import make_spec
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture
+def client(database_url: str, tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(make_settings(database_url, tmp_path / "data"))) as test_client:
+        yield test_client
+
+
+def submit(client: TestClient) -> int:
+    job_id: int = client.post("/jobs", json=make_spec(), headers=ADMIN).json()["id"]
+    return job_id
+
+
+def task_token(client: TestClient, job_id: int) -> dict[str, str]:
+    token = client.app.state.tokens.task_token(job_id)  # type: ignore[attr-defined]
+    return {"Authorization": f"Bearer {token}"}
+
+
+def points(seqs: range, name: str = "loss") -> MetricBatch:
+    return MetricBatch(
+        points=[
+            MetricPoint(seq=s, name=name, step=s * 10, value=1.0 / (s + 1), wall_time=1e9 + s)
+            for s in seqs
+        ]
+    )
+
+
+@contextmanager
+def runtime(
+    client: TestClient, job_id: int, task: str = "chief:0"
+) -> Iterator[WebSocketTestSession]:
+    with client.websocket_connect("/tasks/connect", headers=task_token(client, job_id)) as ws:
+        ws.send_text(TaskHello(task=task, attempt=0).model_dump_json())
+        yield ws
+
+
+def reply(ws: WebSocketTestSession) -> object:
+    return runtime_server_message.validate_json(ws.receive_text())
+
+
+def test_batches_are_acked_and_resends_are_not_stored_twice(client: TestClient) -> None:
+    job_id = submit(client)
+    with runtime(client, job_id) as ws:
+        assert reply(ws) == TaskWelcome(next_seq=0)
+        ws.send_text(points(range(0, 10)).model_dump_json())
+        assert reply(ws) == Ack(seq=9)
+        ws.send_text(points(range(5, 15)).model_dump_json())  # a resend overlapping the last
+        assert reply(ws) == Ack(seq=14)
+    with runtime(client, job_id) as ws:  # after a reconnect the server says where to go on
+        assert reply(ws) == TaskWelcome(next_seq=15)
+
+    metrics = client.get(f"/jobs/{job_id}/metrics", headers=ADMIN).json()
+    (series,) = metrics["series"]
+    assert (series["task"], series["name"], series["total_points"]) == ("chief:0", "loss", 15)
+    assert series["steps"] == [s * 10 for s in range(15)]
+
+
+def test_nan_is_kept_as_null(client: TestClient) -> None:
+    job_id = submit(client)
+    with runtime(client, job_id) as ws:
+        reply(ws)
+        batch = MetricBatch(
+            points=[
+                MetricPoint(seq=0, name="loss", step=1, value=math.nan, wall_time=1.0),
+                MetricPoint(seq=1, name="loss", step=2, value=0.5, wall_time=2.0),
+            ]
+        )
+        ws.send_text(batch.model_dump_json())
+        assert reply(ws) == Ack(seq=1)
+    (series,) = client.get(f"/jobs/{job_id}/metrics", headers=ADMIN).json()["series"]
+    assert series["values"] == [None, 0.5]
+
+
+def test_downsampling_keeps_the_spike(client: TestClient) -> None:
+    job_id = submit(client)
+    values = [1.0] * 1000
+    values[777] = 50.0
+    batch = MetricBatch(
+        points=[
+            MetricPoint(seq=i, name="loss", step=i, value=v, wall_time=1.0)
+            for i, v in enumerate(values)
+        ]
+    )
+    with runtime(client, job_id) as ws:
+        reply(ws)
+        ws.send_text(batch.model_dump_json())
+        reply(ws)
+    (series,) = client.get(
+        f"/jobs/{job_id}/metrics", params={"max_points": 100}, headers=ADMIN
+    ).json()["series"]
+    assert series["total_points"] == 1000
+    assert len(series["steps"]) <= 100
+    assert 50.0 in series["values"] and 777 in series["steps"]
+    assert series["steps"] == sorted(series["steps"])
+
+
+@pytest.mark.parametrize(
+    ("headers", "hello", "reason"),
+    [
+        (ADMIN, None, "a task token (STRATA_TASK_TOKEN) is required"),
+        (None, '{"type": "metrics", "points": []}', "invalid task_hello"),
+        (
+            None,
+            TaskHello(task="worker:7", attempt=0).model_dump_json(),
+            "has no worker:7 attempt 0",
+        ),
+        (None, TaskHello(task="chief:0", attempt=3).model_dump_json(), "has no chief:0 attempt 3"),
+    ],
+)
+def test_runtime_channel_refusals(
+    client: TestClient, headers: dict[str, str] | None, hello: str | None, reason: str
+) -> None:
+    job_id = submit(client)
+    with client.websocket_connect(
+        "/tasks/connect", headers=headers or task_token(client, job_id)
+    ) as ws:
+        if hello is not None:
+            ws.send_text(hello)
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert closed.value.code == 1008
+    assert reason in closed.value.reason
+
+
+def test_task_token_of_another_job_cannot_report_here(client: TestClient) -> None:
+    mine, other = submit(client), submit(client)
+    with client.websocket_connect("/tasks/connect", headers=task_token(client, other)) as ws:
+        ws.send_text(TaskHello(task="chief:0", attempt=0).model_dump_json())
+        assert reply(ws) == TaskWelcome(next_seq=0)
+        ws.send_text(points(range(3)).model_dump_json())
+        reply(ws)
+    assert client.get(f"/jobs/{mine}/metrics", headers=ADMIN).json()["series"] == []
+    assert len(client.get(f"/jobs/{other}/metrics", headers=ADMIN).json()["series"]) == 1
+
+
+@contextmanager
+def subscribe(
+    client: TestClient, job_id: int, cursor: str | None = None
+) -> Iterator[WebSocketTestSession]:
+    with client.websocket_connect(f"/jobs/{job_id}/stream?token={ADMIN_TOKEN}") as ws:
+        ws.send_text(json.dumps({"type": "subscribe", "cursor": cursor}))
+        yield ws
+
+
+def frames_until(ws: WebSocketTestSession, kind: str) -> list[dict[str, Any]]:
+    frames = []
+    while True:
+        frame = json.loads(ws.receive_text())
+        frames.append(frame)
+        if frame["type"] == kind:
+            return frames
+
+
+def test_job_stream_history_live_and_resume(client: TestClient) -> None:
+    job_id = submit(client)
+    logs = client.app.state.controller.logs  # type: ignore[attr-defined]
+    with runtime(client, job_id) as task:
+        reply(task)
+        task.send_text(points(range(0, 5)).model_dump_json())
+        reply(task)
+        logs.append(job_id, "chief:0", 0, 0, ["line 0", "line 1"])
+
+        with subscribe(client, job_id) as stream:
+            history = frames_until(stream, "history_end")
+            assert history[0]["type"] == "event" and history[0]["event"]["kind"] == "created"
+            metrics = next(f for f in history if f["type"] == "metrics")
+            assert metrics["task"] == "chief:0"
+            assert metrics["series"]["loss"][0] == [0, 10, 20, 30, 40]
+            log = next(f for f in history if f["type"] == "log")
+            assert (log["first_line"], log["lines"]) == (0, ["line 0", "line 1"])
+
+            # Live: new points, log lines and events arrive as they happen.
+            task.send_text(points(range(5, 8)).model_dump_json())
+            reply(task)
+            live = json.loads(stream.receive_text())
+            assert live["type"] == "metrics" and live["series"]["loss"][0] == [50, 60, 70]
+            logs.append(job_id, "chief:0", 0, 2, ["line 2"])
+            live_log = json.loads(stream.receive_text())
+            assert (live_log["type"], live_log["first_line"]) == ("log", 2)
+            assert live_log["lines"] == ["line 2"]
+            client.post(f"/jobs/{job_id}/cancel", headers=ADMIN)
+            event = json.loads(stream.receive_text())
+            assert event["type"] == "event" and event["event"]["to_status"] == "cancelled"
+            cursor = event["cursor"]
+
+        # Meanwhile more happens; resuming from the cursor brings exactly the rest.
+        task.send_text(points(range(8, 10)).model_dump_json())
+        reply(task)
+        logs.append(job_id, "chief:0", 0, 3, ["line 3"])
+        with subscribe(client, job_id, cursor) as stream:
+            resumed = frames_until(stream, "history_end")
+    assert [f["type"] for f in resumed] == ["metrics", "log", "history_end"]
+    assert resumed[0]["series"]["loss"][0] == [80, 90]
+    assert resumed[1]["lines"] == ["line 3"]
+
+
+def test_a_late_subscriber_gets_the_same_history(client: TestClient) -> None:
+    job_id = submit(client)
+    with runtime(client, job_id) as task:
+        reply(task)
+        for start in range(0, 30, 10):
+            task.send_text(points(range(start, start + 10)).model_dump_json())
+            reply(task)
+    with subscribe(client, job_id) as stream:
+        first = frames_until(stream, "history_end")
+    with subscribe(client, job_id) as stream:
+        second = frames_until(stream, "history_end")
+    steps = [s for f in first if f["type"] == "metrics" for s in f["series"]["loss"][0]]
+    assert steps == [s * 10 for s in range(30)]
+    assert [f["type"] for f in first] == [f["type"] for f in second]
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        ('{"type": "subscribe", "cursor": "bm90LWEtY3Vyc29y"}', "invalid cursor"),
+        ('{"type": "subscribe", "since": 5}', "invalid subscribe frame: since"),
+        ('{"type": "hello"}', "invalid subscribe frame: type"),
+        ("[1, 2", "invalid subscribe frame"),
+        ('{"type": "subscribe", "cursor": "' + "x" * 80_000 + '"}', "subscribe frame over"),
+    ],
+)
+def test_bad_subscribe_frames_close_with_a_reason(
+    client: TestClient, frame: str, reason: str
+) -> None:
+    job_id = submit(client)
+    with client.websocket_connect(f"/jobs/{job_id}/stream?token={ADMIN_TOKEN}") as ws:
+        ws.send_text(frame)
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert closed.value.code in (1008, 1009)
+    assert reason in closed.value.reason
+
+
+def test_stream_needs_an_admin_token_and_a_real_job(client: TestClient) -> None:
+    job_id = submit(client)
+    with (
+        client.websocket_connect(f"/jobs/{job_id}/stream?token=nope") as ws,
+        pytest.raises(WebSocketDisconnect) as closed,
+    ):
+        ws.receive_text()
+    assert closed.value.code == 1008 and "admin token" in closed.value.reason
+    with subscribe(client, 999) as ws, pytest.raises(WebSocketDisconnect) as closed:
+        ws.receive_text()
+    assert closed.value.reason == "job 999 does not exist"
+
+
+def test_cluster_stream_carries_every_jobs_events(client: TestClient) -> None:
+    first = submit(client)
+    with client.websocket_connect(f"/stream?token={ADMIN_TOKEN}") as ws:
+        ws.send_text('{"type": "subscribe"}')
+        history = frames_until(ws, "history_end")
+        assert [f["job_id"] for f in history if f["type"] == "event"] == [first]
+        second = submit(client)
+        deadline = time.monotonic() + 5
+        live = json.loads(ws.receive_text())
+        assert time.monotonic() < deadline
+        assert (live["job_id"], live["event"]["kind"]) == (second, "created")
