@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
 
 console = Console()
@@ -70,13 +71,65 @@ def submit(
     spec: Annotated[
         Path, typer.Argument(exists=True, dir_okay=False, help="Job spec (YAML/JSON).")
     ],
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream its logs and progress until it ends.")
+    ] = False,
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
     """Submit a job spec."""
     with connect(server, token) as client:
         job = client.submit(spec)
+        url = client.server
     console.print(f"job [bold]{job['id']}[/bold] ({job['name']}) submitted: {job['status']}")
+    if follow_:
+        _follow_to_the_end(url, token, job["id"], None)
+
+
+def _follow_to_the_end(server: str, token: str | None, job_id: int, task: str | None) -> None:
+    try:
+        status = follow(
+            server=server, token=token, job_id=job_id, console=console, task_filter=task
+        )
+    except RuntimeError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    console.print(f"job {job_id} {status}")
+    raise typer.Exit(0 if status == "succeeded" else 1)
+
+
+def jobs_logs(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    task: Annotated[
+        str | None, typer.Option("--task", "-t", help="Only this task, e.g. chief:0.")
+    ] = None,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+    ] = False,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Print a job's log lines (every task, or one); -f follows them live."""
+    with connect(server, token) as client:
+        client.job(job_id)  # a clear 404 before anything else
+        url = client.server
+    if follow_:
+        _follow_to_the_end(url, token, job_id, task)
+    try:
+        follow(
+            server=url,
+            token=token,
+            job_id=job_id,
+            console=console,
+            task_filter=task,
+            progress=False,
+            until_done=False,
+        )
+    except RuntimeError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
 
 
 def jobs_ls(
@@ -180,4 +233,5 @@ def register(app: typer.Typer) -> None:
     jobs.command("ls")(jobs_ls)
     jobs.command("show")(jobs_show)
     jobs.command("cancel")(jobs_cancel)
+    jobs.command("logs")(jobs_logs)
     app.add_typer(jobs, name="jobs")

@@ -5,8 +5,10 @@ Each test ends by checking the process table: nothing a job started may outlive 
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from tests.support.cluster import Cluster, job_processes, local_cluster, wait_no_processes
+from tests.support.processes import STRATA
 
 pytestmark = pytest.mark.e2e
 
@@ -176,3 +179,41 @@ def test_process_check_sees_live_processes(cluster: Cluster) -> None:
     assert len(job_processes(job["id"])) == 1
     cluster.http.post(f"/jobs/{job['id']}/cancel")
     wait_no_processes(job["id"])
+
+
+def test_submit_follow_streams_logs_and_exits_with_the_outcome(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    code = (
+        "import time\nfor i in range(3):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.3)\n"
+    )
+    spec = tmp_path / "ticks.yaml"
+    spec.write_text(yaml.safe_dump(python_job("ticks", code)))
+    env = {**os.environ, "STRATA_SERVER": cluster.url, "STRATA_TOKEN": cluster.admin_token}
+    followed = subprocess.run(
+        [*STRATA, "submit", str(spec), "--follow"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert followed.returncode == 0, followed.stderr
+    lines = [
+        line.split(maxsplit=1)[1] for line in followed.stdout.splitlines() if "chief:0 " in line
+    ]
+    assert lines == ["tick 0", "tick 1", "tick 2"]
+    assert followed.stdout.rstrip().endswith("succeeded")
+
+    job_id = followed.stdout.split()[1]
+    logs = subprocess.run(
+        [*STRATA, "jobs", "logs", job_id], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert logs.returncode == 0
+    assert [line.split(maxsplit=1)[1] for line in logs.stdout.splitlines()] == lines
+
+    spec.write_text(yaml.safe_dump(python_job("boom", "raise SystemExit(5)")))
+    failed = subprocess.run(
+        [*STRATA, "submit", str(spec), "-f"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert failed.returncode == 1
+    assert failed.stdout.rstrip().endswith("failed")
