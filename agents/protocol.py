@@ -128,6 +128,14 @@ class StopTask(_Message):
     reason: str = ""
 
 
+class LogsAck(_Message):
+    """Every line of this attempt numbered below ``next_line`` is stored; forget them."""
+
+    type: Literal["logs_ack"] = "logs_ack"
+    key: TaskKey
+    next_line: int
+
+
 class Refused(_Message):
     """The server will not talk to this agent; it closes the socket after this frame."""
 
@@ -135,7 +143,9 @@ class Refused(_Message):
     reason: str
 
 
-ServerMessage = Annotated[Welcome | StartTask | StopTask | Refused, Field(discriminator="type")]
+ServerMessage = Annotated[
+    Welcome | StartTask | StopTask | LogsAck | Refused, Field(discriminator="type")
+]
 server_message = TypeAdapter[ServerMessage](ServerMessage)
 
 

@@ -62,6 +62,8 @@ class Agent:
             on_stop=self.supervisor.stop,
             flush_logs=self.supervisor.flush_logs,
             heartbeat=lambda: Heartbeat(running=self.supervisor.running()),
+            on_logs_ack=lambda ack: self.supervisor.logs_acked(ack.key, ack.next_line),
+            on_connected=self.supervisor.reconnected,
         )
 
     def _send(self, message: object) -> bool:

@@ -17,6 +17,7 @@ from agents.protocol import (
     AgentMessage,
     Heartbeat,
     Hello,
+    LogsAck,
     Refused,
     ServerMessage,
     StartTask,
@@ -70,6 +71,8 @@ class Channel:
         on_stop: Callable[[StopTask], Coroutine[Any, Any, None]],
         flush_logs: Callable[[], None],
         heartbeat: Callable[[], Heartbeat],
+        on_logs_ack: Callable[[LogsAck], None],
+        on_connected: Callable[[], None],
     ) -> None:
         self.url = channel_url(server_url)
         self._token = token
@@ -78,6 +81,8 @@ class Channel:
         self._on_stop = on_stop
         self._flush_logs = flush_logs
         self._heartbeat = heartbeat
+        self._on_logs_ack = on_logs_ack
+        self._on_connected = on_connected
         self._outbox: asyncio.Queue[AgentMessage] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.connected = asyncio.Event()
@@ -125,6 +130,7 @@ class Channel:
         if not isinstance(first, Welcome):
             raise ChannelError(f"expected welcome, got {first.type}")
         backoff.reset()
+        self._on_connected()
         self._outbox = asyncio.Queue()
         self.connected.set()
         log.info("connected to %s", self.url)
@@ -144,7 +150,9 @@ class Channel:
                 except ValidationError as exc:
                     log.error("ignoring a frame the server should not send: %s", exc)
                     continue
-                if isinstance(message, StartTask):
+                if isinstance(message, LogsAck):
+                    self._on_logs_ack(message)
+                elif isinstance(message, StartTask):
                     await self._on_start(message)
                 elif isinstance(message, StopTask):
                     # Stopping waits out a grace period; keep reading meanwhile.

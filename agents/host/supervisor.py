@@ -31,25 +31,40 @@ LOG_BUFFER_LINES = 20_000  # per task while the server is unreachable; older lin
 
 @dataclass
 class LogBuffer:
-    """Lines not yet sent, numbered so the server can drop duplicates and see gaps."""
+    """Lines not yet acknowledged by the server, numbered so it can drop duplicates and see gaps.
 
-    next_line: int = 0  # number of the first line in `lines`
+    Lines are forgotten only when the server acknowledges them; after a reconnect the
+    unacknowledged ones are sent again.
+    """
+
+    first_line: int = 0  # number of lines[0], the oldest unacknowledged line
     lines: list[str] = field(default_factory=list)
+    in_flight: int = 0  # lines[:in_flight] were sent and await their acknowledgement
 
     def add(self, lines: list[str]) -> None:
         self.lines.extend(lines)
         overflow = len(self.lines) - LOG_BUFFER_LINES
         if overflow > 0:
             del self.lines[:overflow]
-            self.next_line += overflow
+            self.first_line += overflow
+            self.in_flight = max(0, self.in_flight - overflow)
 
-    def take(self) -> tuple[int, list[str]]:
-        batch = self.lines[:MAX_LOG_BATCH]
-        return self.next_line, batch
+    def unsent(self) -> tuple[int, list[str]]:
+        batch = self.lines[self.in_flight : self.in_flight + MAX_LOG_BATCH]
+        return self.first_line + self.in_flight, batch
 
     def sent(self, count: int) -> None:
-        del self.lines[:count]
-        self.next_line += count
+        self.in_flight += count
+
+    def acked(self, next_line: int) -> None:
+        done = min(len(self.lines), next_line - self.first_line)
+        if done > 0:
+            del self.lines[:done]
+            self.first_line += done
+            self.in_flight = max(0, self.in_flight - done)
+
+    def resend(self) -> None:
+        self.in_flight = 0
 
 
 class Supervisor:
@@ -123,14 +138,25 @@ class Supervisor:
         self._logs.setdefault(key, LogBuffer()).add(lines)
 
     def flush_logs(self, only: TaskKey | None = None) -> None:
-        """Send buffered lines; what cannot be sent now stays buffered for the next try."""
+        """Send lines not sent yet; what cannot be sent now stays buffered for the next try."""
         for key, buffer in list(self._logs.items()):
             if only is not None and key != only:
                 continue
-            while buffer.lines:
-                first, batch = buffer.take()
-                if not self._send(TaskLogs(key=key, first_line=first, lines=batch)):
+            while True:
+                first, batch = buffer.unsent()
+                if not batch or not self._send(TaskLogs(key=key, first_line=first, lines=batch)):
                     break
                 buffer.sent(len(batch))
-            if not buffer.lines and key not in self._tasks and key in self.finished:
-                del self._logs[key]
+
+    def logs_acked(self, key: TaskKey, next_line: int) -> None:
+        buffer = self._logs.get(key)
+        if buffer is None:
+            return
+        buffer.acked(next_line)
+        if not buffer.lines and key not in self._tasks:
+            del self._logs[key]  # the attempt is over and all of its output is stored
+
+    def reconnected(self) -> None:
+        """A new channel: whatever was in flight on the old one may not have arrived."""
+        for buffer in self._logs.values():
+            buffer.resend()

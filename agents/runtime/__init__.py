@@ -8,16 +8,20 @@
         model.compile(...)
     model.fit(..., callbacks=runtime.callbacks())
 
-Importing this package is cheap: TensorFlow is imported only when `strategy()` is called.
-A plain tf_keras script that never imports it still runs under Strata; it just streams no
-metrics beyond its own logs.
+Importing this package is cheap: TensorFlow is imported only when `strategy()` is called,
+tf_keras when `callbacks()` is, and the metric sender (a daemon thread with a websocket to
+the server, see `agents.runtime.sender`) on the first report. A plain tf_keras script that
+never imports it still runs under Strata; it just streams no metrics beyond its own logs. A
+script run by hand, outside Strata, reports nothing (`callbacks()` is then empty).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
+from agents.runtime import callbacks as _callbacks_module  # noqa: F401  (see callbacks())
 from agents.runtime import cluster
 from agents.runtime.cluster import ClusterConfigError, StrategyName, strategy_name
 from agents.runtime.strategy import Strategy, build_strategy, default_strategy
@@ -31,10 +35,15 @@ __all__ = [
     "Strategy",
     "StrategyName",
     "callbacks",
+    "flush",
+    "report",
     "role",
     "strategy",
     "strategy_name",
+    "watch_coordinator",
 ]
+
+log = logging.getLogger("strata.runtime")
 
 _strategy: Strategy | None = None
 
@@ -72,11 +81,55 @@ def _build_strategy() -> Strategy:
     return build_strategy(name, config)
 
 
-def callbacks() -> list[Any]:
+def callbacks(batch_size: int | None = None) -> list[Any]:
     """The Keras callbacks to pass to `model.fit`.
 
-    The runtime's streaming callbacks (metrics to the server, control commands, checkpoint
-    backups) are added here; until they exist this is an empty list, so scripts can already
-    pass it.
+    (The submodule `agents.runtime.callbacks`, imported at the top of this file, would
+    otherwise be bound to this name: this function, defined after it, wins.)
+
+    `StrataMetrics` streams the epoch-end logs, the learning rate, batch-level progress and
+    throughput (`examples_per_sec` too when `batch_size`, the global batch size, is given)
+    and, under parameter_server, the coordinator's health. Outside Strata (no STRATA_SERVER
+    and friends) this is an empty list, so scripts can always pass it.
     """
-    return []
+    try:
+        from agents.runtime.callbacks import make_callbacks
+
+        return make_callbacks(batch_size)
+    except Exception as exc:  # reporting must never stop a job from training
+        log.warning("strata: metric callbacks disabled: %r", exc)
+        return []
+
+
+def report(name: str, value: Any, step: int) -> None:
+    """Reports a custom scalar at a training step; cheap, never blocks, never raises.
+
+    `value` may be a number, a tensor or, under parameter_server, the `RemoteValue` that
+    `coordinator.schedule` returned: tensors and remote values are resolved on a background
+    thread and reported once their step has run. Does nothing outside Strata.
+    """
+    from agents.runtime.reporting import report as _report
+
+    _report(name, value, step)
+
+
+def watch_coordinator(coordinator: Any) -> None:
+    """For custom loops under parameter_server: report the `ClusterCoordinator`'s health
+    (queue depth, closures in flight and done per worker, worker failures and recoveries)
+    about once a second, at the last step passed to `report()`."""
+    from agents.runtime.reporting import watch_coordinator as _watch
+
+    _watch(coordinator)
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Waits until every reported point is stored by the server (True), or `timeout` passes.
+
+    A process flushes for up to 5 seconds by itself when it exits.
+    """
+    from agents.runtime.sender import get_sender
+
+    try:
+        return get_sender().flush(timeout)
+    except Exception:
+        return False

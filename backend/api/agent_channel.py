@@ -9,7 +9,15 @@ import logging
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from agents.protocol import Heartbeat, Hello, TaskExited, TaskLogs, TaskStarted, agent_message
+from agents.protocol import (
+    Heartbeat,
+    Hello,
+    LogsAck,
+    TaskExited,
+    TaskLogs,
+    TaskStarted,
+    agent_message,
+)
 from backend.api.deps import websocket_principal
 from backend.auth import TokenKind
 from backend.scheduling.controller import Controller
@@ -65,7 +73,7 @@ async def agent_channel(websocket: WebSocket) -> None:
             except ValidationError as exc:
                 await websocket.close(1002, f"invalid frame: {exc.errors()[0]['msg']}"[:120])
                 return
-            await _dispatch(controller, hello.name, incoming)
+            await _dispatch(controller, connection, incoming)
     except WebSocketDisconnect:
         pass
     finally:
@@ -74,7 +82,8 @@ async def agent_channel(websocket: WebSocket) -> None:
         log.info("agent %s disconnected", hello.name)
 
 
-async def _dispatch(controller: Controller, host: str, message: object) -> None:
+async def _dispatch(controller: Controller, connection: AgentConnection, message: object) -> None:
+    host = connection.host_name
     if isinstance(message, Heartbeat):
         await controller.on_heartbeat(host, message.running)
     elif isinstance(message, TaskStarted):
@@ -83,6 +92,11 @@ async def _dispatch(controller: Controller, host: str, message: object) -> None:
         await controller.on_task_exited(host, message.exit)
     elif isinstance(message, TaskLogs):
         key = message.key
-        controller.logs.append(key.job_id, key.task, key.attempt, message.first_line, message.lines)
+        logs = controller.logs
+        logs.append(key.job_id, key.task, key.attempt, message.first_line, message.lines)
+        # Written (the file is flushed on close): the agent may now forget these lines.
+        connection.send(
+            LogsAck(key=key, next_line=logs.received(key.job_id, key.task, key.attempt))
+        )
     elif isinstance(message, Hello):
         raise WebSocketDisconnect(1008, "hello may only be sent once")

@@ -53,6 +53,10 @@ class LogStore:
             state = self._files[path] = _FileState(received=lines, written=lines, size=len(data))
         return state
 
+    def received(self, job_id: int, task: str, attempt: int) -> int:
+        """Lines received so far, in the agent's numbering: the next one it should send."""
+        return self._state(self.path(job_id, task, attempt)).received
+
     def lines_in(self, job_id: int, task: str, attempt: int) -> int:
         return self._state(self.path(job_id, task, attempt)).written
 

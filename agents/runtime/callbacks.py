@@ -1,0 +1,414 @@
+"""The Keras callback that streams a job's metrics: `StrataMetrics`.
+
+What it reports (step = the global training step, counted locally, see below):
+
+* at each epoch end, the authoritative values: every scalar in the epoch-end logs (``loss``,
+  ``accuracy``, ``val_loss``, ...), ``epoch`` (epochs completed, 1-based), ``lr`` (the
+  optimizer's learning rate; a schedule is evaluated at the step), ``steps_per_sec`` and,
+  when the global batch size is known, ``examples_per_sec`` (averaged over the epoch's
+  training, validation excluded);
+* during an epoch, at most every `batch_interval` seconds: ``batch/<name>`` for each scalar
+  of the latest batch logs, and every `throughput_interval` seconds ``steps_per_sec`` (and
+  ``examples_per_sec``) over the time since the last such point;
+* at the end of an evaluation (`model.evaluate`, or validation inside `fit`):
+  ``eval/<name>``;
+* under ParameterServerStrategy on the chief, the coordinator's health (see
+  `agents.runtime.coordinator`): ``coordinator/*`` and ``worker:<i>/*`` about once a second.
+
+The training thread only counts, timestamps and appends to a queue. Batch logs are tensors
+(or, under ParameterServerStrategy, a `RemoteValue` per `steps_per_execution` chunk, whose
+closure may still be queued when the hook runs); a resolver thread waits for and converts
+them, so the training thread never syncs or calls `coordinator.join()` for a report.
+
+Steps are counted from the batch index and ``params["steps"]`` (epoch * steps + batch + 1),
+never read from model variables, which live on the parameter servers under PS. Under PS the
+batch hook runs when a chunk is *scheduled*: a batch point is reported when its RemoteValue
+resolves (the chunk has run), at the step it was scheduled for.
+
+This module imports only the standard library: `agents.runtime` imports it eagerly (so that
+the package's `callbacks()` function, defined after that import, is never shadowed by this
+module), tf_keras is imported when the class is first used (`StrataMetrics` is built on
+attribute access), and the sender with its pydantic protocol on the first report.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agents.runtime import values as tfvalues
+from agents.runtime.values import sanitize_name
+
+if TYPE_CHECKING:
+    from agents.runtime.coordinator import CoordinatorHealth
+    from agents.runtime.sender import MetricSink
+
+log = logging.getLogger("strata.runtime")
+
+BATCH_INTERVAL = 0.5  # seconds between batch-level reports
+THROUGHPUT_INTERVAL = 2.0  # seconds between in-epoch throughput points
+PS_CHUNKS_PER_EPOCH = 64  # under PS, RemoteValues queued for resolution per epoch, at most
+PENDING_LIMIT = 256
+
+
+class _BatchResolver:
+    """Resolves batch logs on its own thread; reports batch/<name> and throughput.
+
+    The training thread calls `offer()` (a deque append) and `new_window()`; everything that
+    touches a tensor or a RemoteValue runs here. A generation number, bumped at each epoch
+    boundary, drops what is left of the previous epoch, so that every series keeps
+    increasing steps (the epoch-end points come after its batch points).
+    """
+
+    def __init__(
+        self,
+        sink: Callable[[], MetricSink],
+        *,
+        batch_interval: float,
+        throughput_interval: float,
+        batch_size: int | None,
+    ) -> None:
+        self._sink = sink
+        self._batch_interval = batch_interval
+        self._throughput_interval = throughput_interval
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+        self._pending: deque[tuple[int, int, object, float]] = deque(maxlen=PENDING_LIMIT)
+        self._generation = 0
+        self._window: tuple[int, float] | None = None  # (step, monotonic time) of last rate
+        self._last_batch_report = float("-inf")
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.completed_step = 0  # the highest step known to have run
+
+    def start(self) -> None:
+        if self._thread is None or self._stop.is_set() or not self._thread.is_alive():
+            # A stopped thread may still be finishing its last item; it exits on its own.
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="strata-batch-metrics", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self.new_window(None)
+        self._stop.set()
+        self._wake.set()
+
+    def new_window(self, start: tuple[int, float] | None) -> None:
+        """Drops pending batch logs and starts a throughput window (epoch boundaries)."""
+        with self._lock:
+            self._generation += 1
+            self._pending.clear()
+            self._window = start
+
+    def offer(self, step: int, logs: object, when: float) -> None:
+        with self._lock:
+            self._pending.append((self._generation, step, logs, when))
+        self._wake.set()
+
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with self._lock:
+                item = self._pending.popleft() if self._pending else None
+                if item is None:
+                    self._wake.clear()
+            if item is None:
+                self._wake.wait(1.0)
+                continue
+            try:
+                self._handle(item, stop)
+            except Exception as exc:
+                log.debug("strata: batch logs could not be reported: %r", exc)
+
+    def _handle(self, item: tuple[int, int, object, float], stop: threading.Event) -> None:
+        generation, step, logs, offered = item
+        remote = tfvalues.is_remote_value(logs)
+        if not tfvalues.wait_ready(logs, stop):
+            return
+        # A RemoteValue is ready when its chunk has run; plain tensors when the hook ran.
+        done_at = time.monotonic() if remote else offered
+        numbers: dict[str, float] = {}
+        report_batch = done_at - self._last_batch_report >= self._batch_interval
+        if report_batch:
+            numbers = tfvalues.scalars(tfvalues.resolve(logs))
+        wall = time.time()
+        sink = self._sink()
+        with self._lock:
+            if generation != self._generation:
+                return
+            if step > self.completed_step:
+                self.completed_step = step
+            if report_batch:
+                self._last_batch_report = done_at
+                for name, value in numbers.items():
+                    sink.put(sanitize_name(f"batch/{name}"), value, step, wall)
+            window = self._window
+            if window is not None and step > window[0]:
+                elapsed = done_at - window[1]
+                if elapsed >= self._throughput_interval:
+                    rate = (step - window[0]) / elapsed
+                    sink.put("steps_per_sec", rate, step, wall)
+                    if self._batch_size:
+                        sink.put("examples_per_sec", rate * self._batch_size, step, wall)
+                    self._window = (step, done_at)
+
+
+class MetricsTracker:
+    """The callback's logic, free of Keras so that it can be driven directly."""
+
+    def __init__(
+        self,
+        batch_size: int | None = None,
+        *,
+        sink: MetricSink | None = None,
+        batch_interval: float = BATCH_INTERVAL,
+        throughput_interval: float = THROUGHPUT_INTERVAL,
+        watch_coordinator: bool = True,
+    ) -> None:
+        self._sink_override = sink
+        self.batch_size = batch_size if batch_size and batch_size > 0 else None
+        self._batch_interval = batch_interval
+        self._watch_coordinator = watch_coordinator
+        self._resolver = _BatchResolver(
+            self.sink,
+            batch_interval=batch_interval,
+            throughput_interval=throughput_interval,
+            batch_size=self.batch_size,
+        )
+        self._health: CoordinatorHealth | None = None
+        self._steps: int | None = None
+        self._remote = False
+        self._stride = 1
+        self._next_offer_step = 0
+        self._last_offer = float("-inf")
+        self._epoch_base = 0
+        self._epoch_start: tuple[int, float] | None = None
+        self._train_done_at: float | None = None
+        self._in_fit = False
+        self.step = 0  # global step after the last batch (scheduled, under PS)
+
+    def sink(self) -> MetricSink:
+        if self._sink_override is not None:
+            return self._sink_override
+        from agents.runtime.sender import get_sender
+
+        return get_sender()
+
+    def completed_step(self) -> int:
+        return max(self._resolver.completed_step, 0)
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    def train_begin(self, params: Mapping[str, Any], coordinator: Any = None) -> None:
+        steps = params.get("steps")
+        self._steps = steps if isinstance(steps, int) and steps > 0 else None
+        self._remote = coordinator is not None
+        self._stride = max(1, (self._steps or 0) // PS_CHUNKS_PER_EPOCH) if self._remote else 1
+        self._in_fit = True
+        self._resolver.start()
+        if self._remote and self._watch_coordinator and self._health is None:
+            from agents.runtime.coordinator import CoordinatorHealth
+
+            self._health = CoordinatorHealth(coordinator, self.sink(), self.completed_step)
+            self._health.start()
+
+    def epoch_begin(self, epoch: int) -> None:
+        self._epoch_base = epoch * self._steps if self._steps is not None else self.step
+        self._epoch_start = None
+        self._train_done_at = None
+        self._next_offer_step = 0
+        self._resolver.new_window(None)
+
+    def batch_begin(self, batch: int) -> None:
+        if self._epoch_start is None:
+            self._epoch_start = (self._epoch_base + batch, time.monotonic())
+            self._resolver.new_window(self._epoch_start)
+
+    def batch_end(self, batch: int, logs: object) -> None:
+        step = self._epoch_base + batch + 1
+        self.step = step
+        if logs is None:
+            return
+        if self._remote:
+            # Scheduled, not run: queue a sample of the chunks' RemoteValues to wait for.
+            if step >= self._next_offer_step:
+                self._next_offer_step = step + self._stride
+                self._resolver.offer(step, logs, time.monotonic())
+            return
+        now = time.monotonic()
+        if now - self._last_offer >= self._batch_interval:
+            self._last_offer = now
+            self._resolver.offer(step, logs, now)
+
+    def test_begin(self) -> None:
+        if self._in_fit and self._train_done_at is None:
+            self._train_done_at = time.monotonic()
+
+    def epoch_end(
+        self, epoch: int, logs: Mapping[str, Any] | None, lr: Callable[[int], float | None]
+    ) -> None:
+        done_at = self._train_done_at or time.monotonic()
+        self._train_done_at = None
+        step = self.step if self._epoch_start is not None else self._epoch_base + (self._steps or 0)
+        self.step = step
+        self._resolver.new_window(None)
+        self._resolver.completed_step = max(self._resolver.completed_step, step)
+        sink = self.sink()
+        wall = time.time()
+        for name, value in tfvalues.scalars(dict(logs or {})).items():
+            sink.put(sanitize_name(name), value, step, wall)
+        sink.put("epoch", float(epoch + 1), step, wall)
+        try:
+            rate = lr(step)
+        except Exception as exc:
+            log.debug("strata: cannot read the learning rate: %r", exc)
+            rate = None
+        if rate is not None:
+            sink.put("lr", rate, step, wall)
+        if self._epoch_start is not None:
+            first, started = self._epoch_start
+            elapsed = done_at - started
+            if step > first and elapsed > 0:
+                steps_per_sec = (step - first) / elapsed
+                sink.put("steps_per_sec", steps_per_sec, step, wall)
+                if self.batch_size:
+                    sink.put("examples_per_sec", steps_per_sec * self.batch_size, step, wall)
+        self._epoch_start = None
+
+    def test_end(self, logs: Mapping[str, Any] | None) -> None:
+        sink = self.sink()
+        wall = time.time()
+        step = self.step
+        for name, value in tfvalues.scalars(dict(logs or {})).items():
+            sink.put(sanitize_name(f"eval/{name}"), value, step, wall)
+
+    def train_end(self) -> None:
+        self._in_fit = False
+        self._resolver.stop()
+        if self._health is not None:
+            self._health.stop(final_poll=True)
+            self._health = None
+
+
+def learning_rate(model: Any, step: int) -> float | None:
+    """The optimizer's learning rate at `step`: a schedule is evaluated locally."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        return None
+    # tf_keras's optimizer keeps a schedule in `_learning_rate` (its `learning_rate` property
+    # returns the last applied value, a variable on the parameter servers under PS).
+    rate: Any = getattr(optimizer, "_learning_rate", None)
+    if rate is None or not _is_schedule(rate):
+        rate = getattr(optimizer, "learning_rate", None)
+        if rate is None:
+            rate = getattr(optimizer, "lr", None)
+    if _is_schedule(rate):
+        rate = rate(step)
+    return tfvalues.to_float(rate)
+
+
+def _is_schedule(value: object) -> bool:
+    return callable(value) and hasattr(value, "get_config") and not hasattr(value, "numpy")
+
+
+def _make_class() -> type:
+    import tf_keras as keras
+
+    class StrataMetrics(keras.callbacks.Callback):  # type: ignore[misc]
+        """Streams training metrics to the Strata server (see `agents.runtime.callbacks`)."""
+
+        def __init__(
+            self,
+            batch_size: int | None = None,
+            *,
+            sink: MetricSink | None = None,
+            batch_interval: float = BATCH_INTERVAL,
+            throughput_interval: float = THROUGHPUT_INTERVAL,
+            watch_coordinator: bool = True,
+        ) -> None:
+            super().__init__()
+            # Batch hooks get the raw logs (tensors, or RemoteValues under PS, where batch
+            # hooks of a callback without this flag are refused altogether).
+            self._supports_tf_logs = True
+            self.tracker = MetricsTracker(
+                batch_size,
+                sink=sink,
+                batch_interval=batch_interval,
+                throughput_interval=throughput_interval,
+                watch_coordinator=watch_coordinator,
+            )
+
+        def _guard(self, hook: str, call: Callable[[], None]) -> None:
+            try:
+                call()
+            except Exception as exc:  # reporting must never break training
+                log.debug("strata: %s failed: %r", hook, exc)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            coordinator = getattr(self.model, "_cluster_coordinator", None)
+            self._guard(
+                "on_train_begin", lambda: self.tracker.train_begin(self.params or {}, coordinator)
+            )
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._guard("on_epoch_begin", lambda: self.tracker.epoch_begin(epoch))
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self._guard("on_train_batch_begin", lambda: self.tracker.batch_begin(batch))
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._guard("on_train_batch_end", lambda: self.tracker.batch_end(batch, logs))
+
+        def on_test_begin(self, logs: Any = None) -> None:
+            self._guard("on_test_begin", self.tracker.test_begin)
+
+        def on_test_end(self, logs: Any = None) -> None:
+            self._guard("on_test_end", lambda: self.tracker.test_end(logs))
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self._guard(
+                "on_epoch_end",
+                lambda: self.tracker.epoch_end(
+                    epoch, logs, lambda step: learning_rate(self.model, step)
+                ),
+            )
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self._guard("on_train_end", self.tracker.train_end)
+
+    return StrataMetrics
+
+
+_class: type | None = None
+_class_lock = threading.Lock()
+
+
+def strata_metrics_class() -> type:
+    """The `StrataMetrics` class (a tf_keras Callback), built on first use."""
+    global _class
+    with _class_lock:
+        if _class is None:
+            _class = _make_class()
+        return _class
+
+
+def make_callbacks(batch_size: int | None = None, *, sink: MetricSink | None = None) -> list[Any]:
+    """What `runtime.callbacks()` returns: [StrataMetrics] when reporting is on, else []."""
+    from agents.runtime.sender import get_sender
+
+    target = sink if sink is not None else get_sender()
+    if not target.enabled:
+        return []
+    return [strata_metrics_class()(batch_size, sink=sink)]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StrataMetrics":
+        return strata_metrics_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
