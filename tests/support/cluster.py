@@ -191,3 +191,68 @@ def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> I
         stop(process, grace=40)
         cluster.http.close()
         log.close()
+
+
+class SplitCluster(Cluster):
+    """`strata server` and `strata agent` as separate processes, so the server can die alone."""
+
+    server_args: list[str]
+    server_env: dict[str, str]
+
+    def start_server(self) -> None:
+        log = (self.data_dir / "server.log").open("ab")
+        self.process = subprocess.Popen(
+            self.server_args, env=self.server_env, stdout=log, stderr=subprocess.STDOUT
+        )
+        wait_healthy(self.url, self.process)
+
+    def kill_server(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+
+@contextlib.contextmanager
+def split_cluster(
+    data_dir: Path, agents: int = 2, gpus_per_agent: int = 2
+) -> Iterator[SplitCluster]:
+    port = free_port()
+    admin, agent = "split-admin-token", "split-agent-token"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    cluster = SplitCluster(
+        url=url,
+        admin_token=admin,
+        agent_token=agent,
+        data_dir=data_dir,
+        process=subprocess.Popen(["true"]),
+        http=httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30),
+    )
+    cluster.server_args = [*STRATA, "server"]
+    cluster.server_env = {
+        **os.environ,
+        "STRATA_API_TOKEN": admin,
+        "STRATA_AGENT_TOKEN": agent,
+        "STRATA_DATA_DIR": str(data_dir),
+        "STRATA_PORT": str(port),
+        "STRATA_HEARTBEAT_TIMEOUT_SECONDS": "4",
+        "STRATA_STOP_GRACE_SECONDS": "5",
+    }
+    try:
+        cluster.start_server()
+        for index in range(agents):
+            cluster.start_agent(
+                f"split-{index}", gpus_per_agent, f"{46000 + 100 * index}-{46099 + 100 * index}"
+            )
+        for index in range(agents):
+            cluster.wait_host(f"split-{index}", "online")
+        yield cluster
+    finally:
+        for extra in cluster.extra_agents:
+            with contextlib.suppress(ProcessLookupError):
+                extra.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                extra.wait(timeout=20)
+            if extra.poll() is None:
+                extra.kill()
+        stop(cluster.process)
+        cluster.http.close()
