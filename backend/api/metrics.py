@@ -71,7 +71,7 @@ async def read_metrics(
     grouped: dict[tuple[str, str], list[tuple[int, float | None, float]]] = defaultdict(list)
     for row_task, name, step, value, wall_time in await session.execute(statement):
         finite = value if value is not None and math.isfinite(value) else None
-        grouped[(row_task, name)].append((step, finite, wall_time.timestamp()))
+        grouped[(row_task, name)].append((step, finite, wall_time))
     series = []
     for (row_task, name), points in grouped.items():
         keep = (

@@ -65,7 +65,7 @@ async def job_history(
                         name=r.name,
                         step=r.step,
                         value=math.nan if r.value is None else r.value,
-                        wall_time=r.wall_time.timestamp(),
+                        wall_time=r.wall_time,
                     )
                     for r in rows[start : start + POINTS_PER_FRAME]
                 ]

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Double,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
-from backend.db import Base, UTCDateTime
+from backend.db import Base
 
 BigId = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements INTEGER only
 
@@ -29,4 +36,5 @@ class MetricPoint(Base):
     step: Mapped[int] = mapped_column(BigInteger)
     # NULL stands for NaN: SQLite cannot store NaN in a REAL column, and NaN is worth keeping.
     value: Mapped[float | None] = mapped_column(Float)
-    wall_time: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Seconds since the epoch, as the training process saw them (a float, like TensorBoard's).
+    wall_time: Mapped[float] = mapped_column(Double)

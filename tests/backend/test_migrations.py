@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
@@ -50,5 +51,46 @@ async def test_upgrade_is_idempotent(database_url: str) -> None:
         await upgrade_database(engine)
         async with engine.connect() as connection:
             assert await connection.run_sync(_diff) == []
+    finally:
+        await engine.dispose()
+
+
+async def test_wall_time_migration_converts_data_both_ways(database_url: str) -> None:
+    from datetime import UTC, datetime
+
+    from sqlalchemy import text
+
+    engine = create_engine(async_database_url(database_url))
+    when = datetime(2026, 11, 22, 9, 30, 15, 250000, tzinfo=UTC)
+    try:
+        await upgrade_database(engine, "f4e8c2889514")
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO jobs (id, name, strategy, status, spec, priority, restart_count, "
+                    "created_at, updated_at) VALUES (1, 'j', 'mirrored', 'pending', '{}', 0, 0, "
+                    ":t, :t)"
+                ),
+                {"t": when},
+            )
+            await connection.execute(
+                text(
+                    "INSERT INTO metric_points (job_id, task, attempt, seq, name, step, value, "
+                    "wall_time) VALUES (1, 'chief:0', 0, 0, 'loss', 1, 0.5, :t)"
+                ),
+                {"t": when},
+            )
+        await upgrade_database(engine, "head")
+        async with engine.connect() as connection:
+            seconds = (
+                await connection.execute(text("SELECT wall_time FROM metric_points"))
+            ).scalar()
+        assert seconds == pytest.approx(when.timestamp(), abs=1e-3)
+
+        await downgrade_database(engine, "f4e8c2889514")
+        async with engine.connect() as connection:
+            back = (await connection.execute(text("SELECT wall_time FROM metric_points"))).scalar()
+        back_dt = back if isinstance(back, datetime) else datetime.fromisoformat(str(back))
+        assert back_dt.replace(tzinfo=UTC).timestamp() == pytest.approx(when.timestamp(), abs=1e-3)
     finally:
         await engine.dispose()
