@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import ValidationError
 
 from agents.protocol import (
     Heartbeat,
@@ -19,6 +16,7 @@ from agents.protocol import (
     agent_message,
 )
 from backend.api.deps import websocket_principal
+from backend.api.frames import close, first_frame, next_frame
 from backend.auth import TokenKind
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection, AgentHub
@@ -26,7 +24,6 @@ from backend.scheduling.hub import AgentConnection, AgentHub
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-HELLO_TIMEOUT = 10.0
 MAX_FRAME_BYTES = 4 << 20
 
 
@@ -35,22 +32,13 @@ async def agent_channel(websocket: WebSocket) -> None:
     await websocket.accept()
     principal = websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.agent:
-        await websocket.close(1008, "an agent token is required")
+        await close(websocket, 1008, "an agent token is required")
         return
-    try:
-        raw = await asyncio.wait_for(websocket.receive_text(), HELLO_TIMEOUT)
-        hello = agent_message.validate_json(raw)
-    except (TimeoutError, WebSocketDisconnect, ValidationError, KeyError) as exc:
-        reason = (
-            "expected a hello frame"
-            if not isinstance(exc, ValidationError)
-            else (f"invalid hello: {exc.errors()[0]['msg']}")
-        )
-        with contextlib.suppress(Exception):
-            await websocket.close(1008, reason[:120])
+    hello = await first_frame(websocket, agent_message, "hello")
+    if hello is None:
         return
     if not isinstance(hello, Hello):
-        await websocket.close(1008, f"the first frame must be hello, got {hello.type}")
+        await close(websocket, 1008, f"the first frame must be hello, got {hello.type}")
         return
 
     hub: AgentHub = websocket.app.state.hub
@@ -63,16 +51,7 @@ async def agent_channel(websocket: WebSocket) -> None:
     try:
         for reply in await controller.on_hello(hello):
             connection.send(reply)
-        while True:
-            raw = await websocket.receive_text()
-            if len(raw) > MAX_FRAME_BYTES:
-                await websocket.close(1009, f"frame over {MAX_FRAME_BYTES} bytes")
-                return
-            try:
-                incoming = agent_message.validate_json(raw)
-            except ValidationError as exc:
-                await websocket.close(1002, f"invalid frame: {exc.errors()[0]['msg']}"[:120])
-                return
+        while (incoming := await next_frame(websocket, agent_message, MAX_FRAME_BYTES)) is not None:
             await _dispatch(controller, connection, incoming)
     except WebSocketDisconnect:
         pass

@@ -14,10 +14,11 @@ import json
 from typing import Any, Literal
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sqlalchemy import select
 
 from backend.api.deps import websocket_principal
+from backend.api.frames import close, first_frame
 from backend.auth import TokenKind
 from backend.jobs.models import Job, JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, SubscriberTooSlow, job_topic
@@ -27,7 +28,6 @@ from backend.streams.history import advance, job_history
 
 router = APIRouter()
 
-SUBSCRIBE_TIMEOUT = 10.0
 MAX_SUBSCRIBE_BYTES = 70_000
 CLUSTER_HISTORY_EVENTS = 200
 
@@ -39,9 +39,7 @@ class Subscribe(BaseModel):
     cursor: str | None = Field(default=None, max_length=65_536)
 
 
-async def _close(websocket: WebSocket, code: int, reason: str) -> None:
-    with contextlib.suppress(Exception):
-        await websocket.close(code, reason[:120])
+_subscribe_frame = TypeAdapter(Subscribe)
 
 
 async def _subscribe(websocket: WebSocket) -> Cursor | None:
@@ -49,26 +47,16 @@ async def _subscribe(websocket: WebSocket) -> Cursor | None:
     await websocket.accept()
     principal = websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.admin:
-        await _close(websocket, 1008, "an admin token is required (header or ?token=)")
+        await close(websocket, 1008, "an admin token is required (header or ?token=)")
+        return None
+    request = await first_frame(websocket, _subscribe_frame, "subscribe", MAX_SUBSCRIBE_BYTES)
+    if request is None:
         return None
     try:
-        raw = await asyncio.wait_for(websocket.receive_text(), SUBSCRIBE_TIMEOUT)
-    except (TimeoutError, WebSocketDisconnect, KeyError):
-        await _close(websocket, 1008, "expected a subscribe frame")
-        return None
-    if len(raw) > MAX_SUBSCRIBE_BYTES:
-        await _close(websocket, 1009, f"subscribe frame over {MAX_SUBSCRIBE_BYTES} bytes")
-        return None
-    try:
-        request = Subscribe.model_validate_json(raw)
         return Cursor.decode(request.cursor)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"]) or "frame"
-        await _close(websocket, 1008, f"invalid subscribe frame: {where}: {error['msg']}")
     except InvalidCursor as exc:
-        await _close(websocket, 1008, f"invalid cursor: {exc}")
-    return None
+        await close(websocket, 1008, f"invalid cursor: {exc}")
+        return None
 
 
 async def _send(websocket: WebSocket, frame: dict[str, Any], cursor: Cursor) -> None:
@@ -85,7 +73,7 @@ async def job_stream(websocket: WebSocket, job_id: int) -> None:
     broker: Broker = app.state.broker
     async with app.state.sessions() as session:
         if await session.get(Job, job_id) is None:
-            await _close(websocket, 1008, f"job {job_id} does not exist")
+            await close(websocket, 1008, f"job {job_id} does not exist")
             return
         # Subscribe before reading history, so nothing published meanwhile is missed.
         subscription = broker.subscribe([job_topic(job_id)])
@@ -135,7 +123,7 @@ async def _live(websocket: WebSocket, subscription: Any, cursor: Cursor) -> None
             try:
                 frame = next_frame.result()
             except SubscriberTooSlow as exc:
-                await _close(websocket, 1013, str(exc))
+                await close(websocket, 1013, str(exc))
                 return
             trimmed = advance(cursor, frame)
             if trimmed is not None:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import ValidationError
 from sqlalchemy import select
 
 from agents.protocol import Ack, MetricBatch, TaskHello, TaskWelcome, runtime_message
 from backend.api.deps import websocket_principal
+from backend.api.frames import close, first_frame, next_frame
 from backend.auth import TokenKind
 from backend.jobs.models import Task
 from backend.streams.ingest import Ingestor
@@ -19,13 +17,7 @@ from backend.streams.ingest import Ingestor
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-HELLO_TIMEOUT = 10.0
 MAX_FRAME_BYTES = 8 << 20
-
-
-async def _refuse(websocket: WebSocket, reason: str) -> None:
-    with contextlib.suppress(Exception):
-        await websocket.close(1008, reason[:120])
 
 
 @router.websocket("/tasks/connect")
@@ -33,21 +25,14 @@ async def task_channel(websocket: WebSocket) -> None:
     await websocket.accept()
     principal = websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.task or principal.job_id is None:
-        await _refuse(websocket, "a task token (STRATA_TASK_TOKEN) is required")
+        await close(websocket, 1008, "a task token (STRATA_TASK_TOKEN) is required")
         return
     job_id = principal.job_id
-    try:
-        hello = runtime_message.validate_json(
-            await asyncio.wait_for(websocket.receive_text(), HELLO_TIMEOUT)
-        )
-    except ValidationError as exc:
-        await _refuse(websocket, f"invalid task_hello: {exc.errors()[0]['msg']}")
-        return
-    except (TimeoutError, WebSocketDisconnect, KeyError):
-        await _refuse(websocket, "expected a task_hello frame")
+    hello = await first_frame(websocket, runtime_message, "task_hello")
+    if hello is None:
         return
     if not isinstance(hello, TaskHello):
-        await _refuse(websocket, f"the first frame must be task_hello, got {hello.type}")
+        await close(websocket, 1008, f"the first frame must be task_hello, got {hello.type}")
         return
     role, index = hello.task.split(":")
     async with websocket.app.state.sessions() as session:
@@ -55,7 +40,7 @@ async def task_channel(websocket: WebSocket) -> None:
             select(Task).where(Task.job_id == job_id, Task.role == role, Task.index == int(index))
         )
     if task is None or hello.attempt > task.attempt:
-        await _refuse(websocket, f"job {job_id} has no {hello.task} attempt {hello.attempt}")
+        await close(websocket, 1008, f"job {job_id} has no {hello.task} attempt {hello.attempt}")
         return
 
     ingestor: Ingestor = websocket.app.state.ingestor
@@ -64,16 +49,9 @@ async def task_channel(websocket: WebSocket) -> None:
         TaskWelcome(next_seq=await ingestor.stored_through(key) + 1).model_dump_json()
     )
     try:
-        while True:
-            raw = await websocket.receive_text()
-            if len(raw) > MAX_FRAME_BYTES:
-                await websocket.close(1009, f"frame over {MAX_FRAME_BYTES} bytes")
-                return
-            try:
-                message = runtime_message.validate_json(raw)
-            except ValidationError as exc:
-                await websocket.close(1002, f"invalid frame: {exc.errors()[0]['msg']}"[:120])
-                return
+        while (
+            message := await next_frame(websocket, runtime_message, MAX_FRAME_BYTES)
+        ) is not None:
             if isinstance(message, MetricBatch):
                 stored = await ingestor.submit(key, message.points)
                 await websocket.send_text(Ack(seq=stored).model_dump_json())

@@ -30,6 +30,15 @@ class Cluster:
     process: subprocess.Popen[bytes]
     extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
+    def stop_extra_agents(self) -> None:
+        for extra in self.extra_agents:
+            with contextlib.suppress(ProcessLookupError):
+                extra.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                extra.wait(timeout=20)
+            if extra.poll() is None:
+                extra.kill()
+
     def agent_pids(self) -> list[int]:
         """The local agents `strata up` started (its child processes)."""
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
@@ -181,13 +190,7 @@ def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> I
             cluster.wait_host(f"local-{index}", "online")
         yield cluster
     finally:
-        for extra in cluster.extra_agents:
-            with contextlib.suppress(ProcessLookupError):
-                extra.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                extra.wait(timeout=20)
-            if extra.poll() is None:
-                extra.kill()
+        cluster.stop_extra_agents()
         stop(process, grace=40)
         cluster.http.close()
         log.close()
@@ -247,12 +250,6 @@ def split_cluster(
             cluster.wait_host(f"split-{index}", "online")
         yield cluster
     finally:
-        for extra in cluster.extra_agents:
-            with contextlib.suppress(ProcessLookupError):
-                extra.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                extra.wait(timeout=20)
-            if extra.poll() is None:
-                extra.kill()
+        cluster.stop_extra_agents()
         stop(cluster.process)
         cluster.http.close()
