@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cluster import Cluster, job_processes, local_cluster, wait_no_processes
+from tests.support.cluster import (
+    Cluster,
+    job_processes,
+    local_cluster,
+    stream_frames,
+    wait_no_processes,
+)
 from tests.support.processes import STRATA
 
 pytestmark = pytest.mark.e2e
@@ -217,3 +223,64 @@ def test_submit_follow_streams_logs_and_exits_with_the_outcome(
     )
     assert failed.returncode == 1
     assert failed.stdout.rstrip().endswith("failed")
+
+
+def _succeeded(frame: dict[str, Any]) -> bool:
+    return frame["type"] == "event" and frame["event"]["to_status"] == "succeeded"
+
+
+def _points(frames: list[dict[str, Any]]) -> set[tuple[str, str, int]]:
+    return {
+        (f["task"], name, int(step))
+        for f in frames
+        if f["type"] == "metrics"
+        for name, (steps, _values, _times) in f["series"].items()
+        for step in steps
+    }
+
+
+def _lines(frames: list[dict[str, Any]]) -> dict[str, list[str]]:
+    by_task: dict[str, list[str]] = {}
+    for f in frames:
+        if f["type"] == "log":
+            by_task.setdefault(f["task"], []).extend(f["lines"])
+    return by_task
+
+
+def test_ps_metrics_and_logs_stream_live_then_replay_as_history(cluster: Cluster) -> None:
+    spec = example("digits_ps.yaml", name="digits-streamed")
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", "8"]
+    job = cluster.submit(spec)
+    live = stream_frames(cluster, job["id"], stop=_succeeded)
+    end = next(i for i, f in enumerate(live) if _succeeded(f))
+    during = live[:end]
+
+    names = {name for _task, name, _step in _points(during)}
+    assert {"loss", "accuracy", "epoch", "lr", "steps_per_sec", "batch/loss"} <= names, names
+    assert any(n.startswith("coordinator/") for n in names), names
+    epochs = sorted(s for t, n, s in _points(during) if (t, n) == ("chief:0", "loss"))
+    assert len(epochs) == 8 and epochs == sorted(set(epochs))  # one loss point per epoch
+    curve = [
+        value
+        for f in during
+        if f["type"] == "metrics" and f["task"] == "chief:0" and "loss" in f["series"]
+        for value in f["series"]["loss"][1]
+    ]
+    assert curve[-1] < curve[0]
+    # Metrics came while training ran, not only at the end.
+    first_loss = next(f for f in during if f["type"] == "metrics" and "loss" in f["series"])
+    assert first_loss["received_at"] < live[end]["received_at"] - 1.0
+    lines = _lines(live)
+    assert set(lines) == {"chief:0", "worker:0", "worker:1", "ps:0"}
+    assert any(line.startswith("epoch=8 ") for line in lines["chief:0"])
+    assert any("serving ps:0" in line for line in lines["ps:0"])
+
+    cluster.wait_for(
+        job["id"],
+        lambda j: all(t["status"] in ("succeeded", "stopped") for t in j["tasks"]),
+        60,
+        "fully stopped",
+    )
+    replay = stream_frames(cluster, job["id"], stop=lambda f: f["type"] == "history_end")
+    assert _points(replay) >= _points(live)  # the late client sees everything the live one did
+    assert {t: ls[: len(lines[t])] for t, ls in _lines(replay).items()} == lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -253,3 +254,36 @@ def split_cluster(
         cluster.stop_extra_agents()
         stop(cluster.process)
         cluster.http.close()
+
+
+def stream_frames(
+    cluster: Cluster, job_id: int, *, stop: Callable[[dict[str, Any]], bool], timeout: float = 240
+) -> list[dict[str, Any]]:
+    """Frames of a job's stream, from history on, until `stop(frame)` says so (and 2 s more)."""
+    from websockets.sync.client import connect
+
+    url = (
+        cluster.url.replace("http://", "ws://")
+        + f"/jobs/{job_id}/stream?token={cluster.admin_token}"
+    )
+    frames: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    stop_at: float | None = None
+    with connect(url, max_size=None) as websocket:
+        websocket.send('{"type": "subscribe", "cursor": null}')
+        while True:
+            now = time.monotonic()
+            end = deadline if stop_at is None else min(deadline, stop_at)
+            if now >= end:
+                break
+            try:
+                frame = json.loads(websocket.recv(timeout=end - now))
+            except TimeoutError:
+                break
+            frame["received_at"] = time.time()
+            frames.append(frame)
+            if stop_at is None and stop(frame):
+                stop_at = time.monotonic() + 2.0
+    if stop_at is None:
+        raise AssertionError(f"stream of job {job_id} did not reach its end within {timeout}s")
+    return frames
