@@ -124,7 +124,7 @@ def main() -> int:
         make_dataset_creator(features, labels, args.batch),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
-        callbacks=[*callbacks, *runtime.callbacks()],
+        callbacks=[*callbacks, *runtime.callbacks(batch_size=args.batch)],
         verbose=0,
     )
     print("strata-example: done", flush=True)

@@ -11,7 +11,9 @@ What it reports (step = the global training step, counted locally, see below):
   of the latest batch logs, and every `throughput_interval` seconds ``steps_per_sec`` (and
   ``examples_per_sec``) over the time since the last such point;
 * at the end of an evaluation (`model.evaluate`, or validation inside `fit`):
-  ``eval/<name>``;
+  ``eval/<name>``, at the current training step inside `fit`, and outside it at the
+  optimizer's iteration count (the step of the evaluated weights: what the sidecar evaluator
+  restores from each checkpoint) where that is local;
 * under ParameterServerStrategy on the chief, the coordinator's health (see
   `agents.runtime.coordinator`): ``coordinator/*`` and ``worker:<i>/*`` about once a second.
 
@@ -80,6 +82,7 @@ class _BatchResolver:
         self._pending: deque[tuple[int, int, object, float]] = deque(maxlen=PENDING_LIMIT)
         self._generation = 0
         self._window: tuple[int, float] | None = None  # (step, monotonic time) of last rate
+        self._window_end: int | None = None  # the epoch's last step: its rate is epoch_end's
         self._last_batch_report = float("-inf")
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -100,12 +103,13 @@ class _BatchResolver:
         self._stop.set()
         self._wake.set()
 
-    def new_window(self, start: tuple[int, float] | None) -> None:
+    def new_window(self, start: tuple[int, float] | None, end: int | None = None) -> None:
         """Drops pending batch logs and starts a throughput window (epoch boundaries)."""
         with self._lock:
             self._generation += 1
             self._pending.clear()
             self._window = start
+            self._window_end = end
 
     def offer(self, step: int, logs: object, when: float) -> None:
         with self._lock:
@@ -149,7 +153,8 @@ class _BatchResolver:
                 for name, value in numbers.items():
                     sink.put(sanitize_name(f"batch/{name}"), value, step, wall)
             window = self._window
-            if window is not None and step > window[0]:
+            last = self._window_end
+            if window is not None and step > window[0] and (last is None or step < last):
                 elapsed = done_at - window[1]
                 if elapsed >= self._throughput_interval:
                     rate = (step - window[0]) / elapsed
@@ -200,6 +205,10 @@ class MetricsTracker:
 
         return get_sender()
 
+    @property
+    def epoch_started(self) -> bool:
+        return self._epoch_start is not None
+
     def completed_step(self) -> int:
         return max(self._resolver.completed_step, 0)
 
@@ -228,7 +237,8 @@ class MetricsTracker:
     def batch_begin(self, batch: int) -> None:
         if self._epoch_start is None:
             self._epoch_start = (self._epoch_base + batch, time.monotonic())
-            self._resolver.new_window(self._epoch_start)
+            end = self._epoch_base + self._steps if self._steps is not None else None
+            self._resolver.new_window(self._epoch_start, end)
 
     def batch_end(self, batch: int, logs: object) -> None:
         step = self._epoch_base + batch + 1
@@ -261,14 +271,16 @@ class MetricsTracker:
         self._resolver.completed_step = max(self._resolver.completed_step, step)
         sink = self.sink()
         wall = time.time()
-        for name, value in tfvalues.scalars(dict(logs or {})).items():
+        numbers = tfvalues.scalars(dict(logs or {}))
+        for name, value in numbers.items():
             sink.put(sanitize_name(name), value, step, wall)
         sink.put("epoch", float(epoch + 1), step, wall)
-        try:
-            rate = lr(step)
-        except Exception as exc:
-            log.debug("strata: cannot read the learning rate: %r", exc)
-            rate = None
+        rate = None
+        if "lr" not in numbers:  # LearningRateScheduler and ReduceLROnPlateau log it already
+            try:
+                rate = lr(step)
+            except Exception as exc:
+                log.debug("strata: cannot read the learning rate: %r", exc)
         if rate is not None:
             sink.put("lr", rate, step, wall)
         if self._epoch_start is not None:
@@ -281,10 +293,19 @@ class MetricsTracker:
                     sink.put("examples_per_sec", steps_per_sec * self.batch_size, step, wall)
         self._epoch_start = None
 
-    def test_end(self, logs: Mapping[str, Any] | None) -> None:
+    def test_end(
+        self, logs: Mapping[str, Any] | None, trained_step: Callable[[], int | None] | None = None
+    ) -> None:
+        """eval/<name> at the training step: ours inside fit; outside it (a standalone evaluate,
+        the sidecar evaluator) `trained_step()`, the step of the weights, when it is known."""
         sink = self.sink()
         wall = time.time()
         step = self.step
+        if not self._in_fit and trained_step is not None:
+            try:
+                step = trained_step() or step
+            except Exception as exc:
+                log.debug("strata: cannot read the trained step: %r", exc)
         for name, value in tfvalues.scalars(dict(logs or {})).items():
             sink.put(sanitize_name(f"eval/{name}"), value, step, wall)
 
@@ -311,6 +332,18 @@ def learning_rate(model: Any, step: int) -> float | None:
     if _is_schedule(rate):
         rate = rate(step)
     return tfvalues.to_float(rate)
+
+
+def trained_step(model: Any) -> int | None:
+    """The optimizer's iteration count, outside ParameterServerStrategy (where it is remote).
+
+    For evaluations outside `fit`: the sidecar evaluator restores it with each checkpoint.
+    """
+    if getattr(model, "_cluster_coordinator", None) is not None:
+        return None
+    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    value = tfvalues.to_float(iterations) if iterations is not None else None
+    return int(value) if value is not None and value >= 0 else None
 
 
 def _is_schedule(value: object) -> bool:
@@ -359,17 +392,30 @@ def _make_class() -> type:
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._guard("on_epoch_begin", lambda: self.tracker.epoch_begin(epoch))
 
+        # The two per-batch hooks are the hot path: no closures, no logging setup.
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            self._guard("on_train_batch_begin", lambda: self.tracker.batch_begin(batch))
+            tracker = self.tracker
+            if tracker.epoch_started:
+                return
+            try:
+                tracker.batch_begin(batch)
+            except Exception as exc:
+                log.debug("strata: on_train_batch_begin failed: %r", exc)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._guard("on_train_batch_end", lambda: self.tracker.batch_end(batch, logs))
+            try:
+                self.tracker.batch_end(batch, logs)
+            except Exception as exc:
+                log.debug("strata: on_train_batch_end failed: %r", exc)
 
         def on_test_begin(self, logs: Any = None) -> None:
             self._guard("on_test_begin", self.tracker.test_begin)
 
         def on_test_end(self, logs: Any = None) -> None:
-            self._guard("on_test_end", lambda: self.tracker.test_end(logs))
+            self._guard(
+                "on_test_end",
+                lambda: self.tracker.test_end(logs, lambda: trained_step(self.model)),
+            )
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self._guard(

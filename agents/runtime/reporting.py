@@ -8,6 +8,7 @@ the training thread never waits for it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -85,6 +86,10 @@ def watch_coordinator(
                 health = CoordinatorHealth(coordinator, target, last_step, interval=interval)
                 _watches[id(coordinator)] = health
                 health.start()
+                # A last poll at exit, so that the final counts are reported too. Registered
+                # after the sender's own exit hook (the sender exists by now), so it runs
+                # before that hook flushes.
+                atexit.register(health.stop, final_poll=True)
         return health
     except Exception as exc:
         log.debug("strata: cannot watch the coordinator: %r", exc)

@@ -169,10 +169,14 @@ def test_fit_under_the_default_strategy(recorder: Recorder) -> None:
     # Throttled: no more than one batch report per batch_interval (plus one per epoch).
     assert len(recorder.series("batch/loss")) <= elapsed / 0.05 + 3
 
-    # A standalone evaluate reports eval/<metric> at the last training step.
+    # A standalone evaluate reports eval/<metric> at the last training step, also from a
+    # callback that never saw the training (the sidecar evaluator's case): the step of the
+    # weights is then the optimizer's iteration count.
     model.evaluate(features, labels, batch_size=64, callbacks=[callback], verbose=0)
     assert recorder.series("eval/loss")[-1][0] == 48
     assert "eval/accuracy" in recorder.names()
+    model.evaluate(features, labels, batch_size=64, callbacks=[strata_metrics_class()()], verbose=0)
+    assert recorder.series("eval/loss")[-1][0] == 48
 
 
 def test_fit_under_mirrored_strategy(recorder: Recorder) -> None:
@@ -217,6 +221,23 @@ def test_learning_rate_schedules_are_evaluated_at_the_step(recorder: Recorder) -
     ]
     assert learning_rate(object(), 5) is None
     assert "examples_per_sec" not in recorder.names()  # no batch size given
+
+
+def test_a_logged_learning_rate_is_not_reported_twice(recorder: Recorder) -> None:
+    import tf_keras as keras
+
+    model = build_model()
+    features, labels = digits_like(128)
+    halve = keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.5)
+    model.fit(
+        features,
+        labels,
+        batch_size=32,
+        epochs=2,
+        callbacks=[halve, strata_metrics_class()()],
+        verbose=0,
+    )
+    assert recorder.series("lr") == [(4, pytest.approx(0.005)), (8, pytest.approx(0.0025))]
 
 
 def test_runtime_callbacks_when_reporting(recorder: Recorder) -> None:

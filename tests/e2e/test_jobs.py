@@ -284,3 +284,17 @@ def test_ps_metrics_and_logs_stream_live_then_replay_as_history(cluster: Cluster
     replay = stream_frames(cluster, job["id"], stop=lambda f: f["type"] == "history_end")
     assert _points(replay) >= _points(live)  # the late client sees everything the live one did
     assert {t: ls[: len(lines[t])] for t, ls in _lines(replay).items()} == lines
+
+
+def test_custom_training_loop_reports_through_the_runtime(cluster: Cluster) -> None:
+    job = cluster.submit(example("custom_loop_ps.yaml"))
+    cluster.wait_status(job["id"], "succeeded")
+    series = {
+        s["name"]: s
+        for s in cluster.http.get(f"/jobs/{job['id']}/metrics", params={"task": "chief:0"}).json()[
+            "series"
+        ]
+    }
+    assert {"loss", "epoch_loss", "steps_per_sec"} <= set(series), set(series)
+    assert series["epoch_loss"]["values"][-1] < series["epoch_loss"]["values"][0]
+    wait_no_processes(job["id"])
