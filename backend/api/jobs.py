@@ -97,6 +97,15 @@ async def cancel_job(
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
+@router.post("/{job_id}/restart", response_model=JobRead)
+async def restart_job(
+    request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
+) -> JobRead:
+    """Restart the whole job: every task stops and the job is placed again."""
+    await request.app.state.controller.restart_job(job_id)
+    return service.job_read(await service.get_job(session=session, job_id=job_id))
+
+
 @router.get("/{job_id}/events", response_model=list[JobEventRead])
 async def list_job_events(
     job_id: JobId,

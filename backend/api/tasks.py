@@ -1,4 +1,4 @@
-"""Routes about one task of a job: its logs."""
+"""Routes about one task of a job: its logs, and restarting it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from backend.api.deps import AdminPrincipal, SessionDep
 from backend.api.jobs import JobId
 from backend.errors import NotFound
 from backend.jobs import service
+from backend.jobs.schemas import JobRead
 from backend.streams.logs import LogStore
 
 router = APIRouter(prefix="/jobs/{job_id}/tasks", tags=["tasks"])
@@ -19,6 +20,15 @@ TaskName = Annotated[
     str,
     Path(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$", description="role:index, e.g. worker:1"),
 ]
+
+
+@router.post("/{task}/restart", response_model=JobRead)
+async def restart_task(
+    request: Request, job_id: JobId, task: TaskName, session: SessionDep, _: AdminPrincipal
+) -> JobRead:
+    """Restart one task on its host and port (with the tasks its role restarts along with it)."""
+    await request.app.state.controller.restart_task(job_id, task)
+    return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
 class LogPage(BaseModel):

@@ -73,6 +73,8 @@ class Task(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     exit_code: Mapped[int | None] = mapped_column(Integer)
+    # A restarted attempt is not started before this (the restart policy's backoff).
+    restart_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -23,21 +23,27 @@ from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.db import utcnow
+from backend.errors import Conflict, NotFound
 from backend.hosts.models import Host
 from backend.hosts.service import DeviceInfo, register_host
-from backend.jobs.lifecycle import transition_job
+from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import TERMINAL_JOB_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.jobs.tfconfig import tf_config
-from backend.scheduling import task_events
+from backend.scheduling import restarts, task_events
 from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.restart_rules import plan_restart
 from backend.scheduling.task_events import LIVE
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
+
+RESTARTABLE = frozenset(
+    {JobStatus.scheduled, JobStatus.running, JobStatus.restarting, JobStatus.failed}
+)
 
 RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 
@@ -89,6 +95,7 @@ class Controller:
             outbox = Outbox()
             await self._mark_lost_hosts(session, outbox)
             await self._stop_tasks_of_finished_jobs(session, outbox)
+            await self._start_restarted_tasks(session, outbox)
             await self._place_pending_jobs(session, outbox)
             await session.commit()
         self.commands.send(outbox)
@@ -107,6 +114,7 @@ class Controller:
             if host.last_heartbeat_at.timestamp() >= cutoff:
                 continue
             host.status = HostStatus.lost
+            self._last_running.pop(host.name, None)  # what it ran is gone with it
             log.warning("host %s lost: no heartbeat for %.0fs", host.name, timeout)
             await task_events.mark_host_lost(
                 session=session,
@@ -129,6 +137,35 @@ class Controller:
             else:
                 reason = f"job {job.id} is {job.status.value}"
                 self.commands.stop(outbox, task.host.name, task_key(task), reason)
+
+    def _old_attempt_running(self, job_id: int, task: str, attempt: int) -> bool:
+        """Whether an agent still runs an earlier attempt of this task (its port is taken)."""
+        return any(
+            key.job_id == job_id and key.task == task and key.attempt < attempt
+            for keys in self._last_running.values()
+            for key in keys
+        )
+
+    def _start_if_due(
+        self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool = False
+    ) -> None:
+        """Start a scheduled attempt once its backoff is over and its predecessor is gone."""
+        if task.restart_after is not None and task.restart_after > utcnow():
+            return
+        if self._old_attempt_running(job.id, task.name, task.attempt):
+            return
+        self.commands.start(outbox, host, job, task, force=force)
+
+    async def _start_restarted_tasks(self, session: AsyncSession, outbox: Outbox) -> None:
+        rows = await session.execute(
+            select(Task, Job)
+            .join(Task.job)
+            .where(Task.status == TaskStatus.scheduled, Task.restart_after.is_not(None))
+            .where(Job.status.not_in(TERMINAL_JOB_STATUSES))
+        )
+        for task, job in rows:
+            if task.host is not None and self.hub.connected(task.host.name):
+                self._start_if_due(outbox, task.host.name, job, task)
 
     async def _capacities(self, session: AsyncSession) -> list[HostCapacity]:
         hosts = [
@@ -177,6 +214,9 @@ class Controller:
             return
         capacity = await self._capacities(session)
         for job in jobs:
+            if any(self._old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
+                job.reason = "waiting for the tasks of its previous attempt to stop"
+                continue
             spec = JobSpec.model_validate(job.spec, strict=False)
             needs = [
                 TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
@@ -202,6 +242,71 @@ class Controller:
                 to=JobStatus.scheduled,
                 reason=f"placed on {', '.join(hosts)}",
             )
+
+    # --- requests ---------------------------------------------------------------------
+
+    async def restart_job(self, job_id: int) -> None:
+        """Re-place the whole job: every task gets a new attempt (and may move)."""
+        async with self._lock, self.sessions() as session:
+            outbox = Outbox()
+            job = await session.get(Job, job_id)
+            if job is None:
+                raise NotFound(f"job {job_id} does not exist")
+            if job.status not in RESTARTABLE:
+                raise Conflict(
+                    f"job {job_id} is {job.status.value}; only a scheduled, running, restarting "
+                    "or failed job can be restarted"
+                )
+            await restarts.replace_job(
+                session=session,
+                commands=self.commands,
+                outbox=outbox,
+                job=job,
+                reason="restart requested",
+            )
+            await session.commit()
+        self.commands.send(outbox)
+        self.wake()
+
+    async def restart_task(self, job_id: int, task_name: str) -> None:
+        """Restart one task where it is, with whatever the role rules restart along with it."""
+        async with self._lock, self.sessions() as session:
+            outbox = Outbox()
+            job = await session.get(Job, job_id)
+            if job is None:
+                raise NotFound(f"job {job_id} does not exist")
+            if job.status not in (JobStatus.scheduled, JobStatus.running, JobStatus.restarting):
+                raise Conflict(
+                    f"job {job_id} is {job.status.value}; tasks can be restarted only while it runs"
+                )
+            tasks = list(await session.scalars(select(Task).where(Task.job_id == job_id)))
+            task = next((t for t in tasks if t.name == task_name), None)
+            if task is None:
+                raise NotFound(f"job {job_id} has no task {task_name}")
+            if task.host_id is None:
+                raise Conflict(f"{task_name} of job {job_id} is not placed yet")
+            plan = plan_restart(job.strategy, task_name, [t.name for t in tasks])
+            reason = f"restart of {task_name} requested"
+            if plan.job_level and job.status is not JobStatus.restarting:
+                job.restart_count += 1
+                await transition_job(
+                    session=session,
+                    job=job,
+                    to=JobStatus.restarting,
+                    reason=f"{reason}; restarting {', '.join(sorted(plan.tasks))}",
+                )
+            else:
+                await record_event(
+                    session=session, job=job, kind="restart", task=task_name, message=reason
+                )
+            for member in tasks:
+                if member.name in plan.tasks:
+                    restarts.restart_in_place(
+                        commands=self.commands, outbox=outbox, task=member, delay=0, reason=reason
+                    )
+            await session.commit()
+        self.commands.send(outbox)
+        self.wake()
 
     # --- agent events ----------------------------------------------------------------
 
@@ -320,4 +425,4 @@ class Controller:
                     session=session, commands=self.commands, outbox=outbox, host=host, exit=gone
                 )
             else:
-                self.commands.start(outbox, host.name, job, task, force=force)
+                self._start_if_due(outbox, host.name, job, task, force=force)

@@ -16,6 +16,7 @@ from backend.hosts.models import Host
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, JobStatus, TaskStatus
+from backend.scheduling import restarts
 from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.outcome import judge_exit
 
@@ -133,25 +134,43 @@ async def apply_exit(
         message=outcome.reason,
         data=details,
     )
-    if outcome.job_status is not None:
-        await end_job(
+    if outcome.job_status is None:
+        return
+    reason = outcome.reason
+    if outcome.job_status is JobStatus.failed:
+        decision = await restarts.after_failure(
             session=session,
             commands=commands,
             outbox=outbox,
             job=job,
-            status=outcome.job_status,
+            failed=task,
             reason=outcome.reason,
-            data=details,
+            exit_code=exit.exit_code,
+            error=exit.error,
         )
+        if decision.restarted:
+            return
+        reason = decision.reason
+    await end_job(
+        session=session,
+        commands=commands,
+        outbox=outbox,
+        job=job,
+        status=outcome.job_status,
+        reason=reason,
+        data=details,
+    )
 
 
 async def mark_host_lost(
     *, session: AsyncSession, commands: Commands, outbox: Outbox, host: Host, reason: str
 ) -> None:
-    """Its tasks cannot keep their addresses: mark them lost and end their jobs."""
+    """Its tasks cannot keep their addresses: mark them lost; re-place or end their jobs."""
     for task in await session.scalars(
         select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE))
     ):
+        if task.status not in LIVE:
+            continue  # already re-placed with a sibling that was on this host too
         job = await session.get_one(Job, task.job_id)
         task.status, task.finished_at = TaskStatus.lost, utcnow()
         await record_event(
@@ -163,11 +182,15 @@ async def mark_host_lost(
             data={"to": "lost", "attempt": task.attempt},
         )
         if job.status in ACTIVE_JOB_STATUSES:
-            await end_job(
-                session=session,
-                commands=commands,
-                outbox=outbox,
-                job=job,
-                status=JobStatus.failed,
-                reason=reason,
+            decision = await restarts.after_host_lost(
+                session=session, commands=commands, outbox=outbox, job=job, reason=reason
             )
+            if not decision.restarted:
+                await end_job(
+                    session=session,
+                    commands=commands,
+                    outbox=outbox,
+                    job=job,
+                    status=JobStatus.failed,
+                    reason=decision.reason,
+                )

@@ -62,7 +62,13 @@ def receive(ws: WebSocketTestSession) -> object:
 
 
 def job_spec() -> dict[str, Any]:
-    return make_spec("mirrored", entrypoint=["python", "train.py"], env={"BATCH": "32"})
+    # One run each: these tests are about the channel, not about restarts.
+    return make_spec(
+        "mirrored",
+        entrypoint=["python", "train.py"],
+        env={"BATCH": "32"},
+        restart={"policy": "never"},
+    )
 
 
 def test_wrong_token_is_closed_with_a_reason(client: TestClient) -> None:

@@ -17,6 +17,8 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/jobs/1/events"),
     ("GET", "/jobs/1/tasks/chief:0/logs"),
     ("GET", "/jobs/1/metrics"),
+    ("POST", "/jobs/1/restart"),
+    ("POST", "/jobs/1/tasks/chief:0/restart"),
     ("GET", "/hosts"),
     ("GET", "/cluster"),
 ]

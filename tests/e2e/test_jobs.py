@@ -54,7 +54,7 @@ def python_job(name: str, code: str, gpus: int = 0) -> dict[str, Any]:
         "strategy": "mirrored",
         "entrypoint": ["python", "-c", code],
         "replicas": {"chief": {"count": 1, "gpus": gpus}},
-        "restart": {"policy": "never"},
+        "restart": {"policy": "never"},  # these tests are about single runs
     }
 
 
@@ -163,8 +163,9 @@ def test_cancel_stops_every_task(cluster: Cluster) -> None:
 def test_killed_agent_is_noticed_and_its_tasks_die_with_it(cluster: Cluster) -> None:
     doomed = cluster.start_agent("doomed-host", gpus=8, ports="45000-45099")
     cluster.wait_host("doomed-host", "online")
-    # 5 GPUs fit only on the new host.
-    job = cluster.submit(python_job("on-doomed", "import time; time.sleep(600)", gpus=5))
+    # 5 GPUs fit only on the new host; with no restarts the job must fail with it.
+    spec = python_job("on-doomed", "import time; time.sleep(600)", gpus=5)
+    job = cluster.submit(spec)
     running = cluster.wait_status(job["id"], "running", timeout=60)
     assert running["tasks"][0]["host"] == "doomed-host"
     assert job_processes(job["id"])

@@ -1,0 +1,67 @@
+"""Who restarts on what (ARCHITECTURE §4). Pure: no I/O.
+
+* A parameter_server worker is restarted alone, at the same host:port: the coordinator
+  reschedules its closures and training goes on.
+* A ps death restarts the ps and the chief, which resumes from its last backup.
+* A chief death restarts the chief.
+* Under multi_worker_mirrored any worker's death restarts every training task: a collective
+  cannot go on with a member missing.
+* A mirrored job is its one task.
+A lost host is different: its tasks cannot keep their addresses, so the job is re-placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BACKOFF_CEILING_SECONDS = 300.0
+
+
+def retryable(
+    *, policy: str, exit_code: int | None, error: str | None, host_lost: bool = False
+) -> bool:
+    """Whether the spec's restart policy covers this failure.
+
+    `exit_code` retries only infrastructure failures: a lost host, or death by a signal or
+    the OOM killer (exit codes ≥ 128). A task that could not be started at all (a missing
+    program, a bad working dir) fails the same way every time and is never retried.
+    """
+    if policy == "never":
+        return False
+    if host_lost:
+        return True
+    if error is not None or exit_code is None:
+        return False
+    if policy == "on_failure":
+        return True
+    return exit_code >= 128
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    tasks: frozenset[str]  # names of the tasks to restart, e.g. {"ps:0", "chief:0"}
+    job_level: bool  # False when one task restarts while the job goes on running
+
+
+def plan_restart(strategy: str, failed: str, tasks: Sequence[str]) -> RestartPlan:
+    """Which tasks restart together when `failed` died (`tasks`: the job's task names)."""
+    role = failed.split(":")[0]
+    training = frozenset(t for t in tasks if not t.startswith("evaluator:"))
+    if role == "evaluator":
+        return RestartPlan(frozenset({failed}), job_level=False)
+    if strategy == "parameter_server":
+        if role == "worker":
+            return RestartPlan(frozenset({failed}), job_level=False)
+        if role == "ps":
+            chiefs = {t for t in training if t.startswith("chief:")}
+            return RestartPlan(frozenset({failed, *chiefs}), job_level=True)
+        return RestartPlan(frozenset({failed}), job_level=True)
+    if strategy == "multi_worker_mirrored":
+        return RestartPlan(training, job_level=True)
+    return RestartPlan(frozenset({failed}), job_level=True)
+
+
+def backoff_seconds(base: float, restarts_so_far: int) -> float:
+    """base, then twice, four times... that for later restarts; at most five minutes."""
+    return min(BACKOFF_CEILING_SECONDS, base * 2.0 ** min(max(0, restarts_so_far), 30))

@@ -1,0 +1,135 @@
+"""Restarting tasks and jobs: by policy after a failure, by request, or after a lost host.
+
+Service functions: keyword-only, they flush through the lifecycle helpers and never commit.
+A restarted task keeps its host, port, GPUs and TF_CONFIG and gets the next attempt number;
+the controller starts it once its backoff has passed and the agent no longer runs the old
+attempt (the port must be free). A re-placed job goes back to pending with every task's
+placement cleared, and is placed again once all of its old attempts have stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from backend.db import utcnow
+from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.models import Job, Task
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling.commands import Commands, Outbox, task_key
+from backend.scheduling.restart_rules import backoff_seconds, plan_restart, retryable
+
+LIVE = (TaskStatus.scheduled, TaskStatus.running)
+
+
+@dataclass(frozen=True)
+class Decision:
+    restarted: bool
+    reason: str  # why the job ends, when it was not restarted
+
+
+async def after_failure(
+    *,
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    job: Job,
+    failed: Task,
+    reason: str,
+    exit_code: int | None,
+    error: str | None,
+) -> Decision:
+    """Restart what the role rules say if the spec's policy allows it and restarts remain."""
+    spec = JobSpec.model_validate(job.spec, strict=False)
+    policy = spec.restart
+    if not retryable(policy=policy.policy, exit_code=exit_code, error=error):
+        return Decision(False, reason)
+    tasks = list(await session.scalars(select(Task).where(Task.job_id == job.id)))
+    plan = plan_restart(job.strategy, failed.name, [t.name for t in tasks])
+    if plan.job_level:
+        if job.restart_count >= policy.max_restarts:
+            return Decision(False, f"{reason}; gave up after {job.restart_count} restarts")
+        delay = backoff_seconds(policy.backoff_seconds, job.restart_count)
+        job.restart_count += 1
+        await transition_job(
+            session=session,
+            job=job,
+            to=JobStatus.restarting,
+            reason=f"{reason}; restarting {', '.join(sorted(plan.tasks))} in {delay:g}s "
+            f"(restart {job.restart_count} of {policy.max_restarts})",
+        )
+    else:
+        if failed.attempt >= policy.max_restarts:
+            return Decision(
+                False, f"{reason}; gave up after {failed.attempt} restarts of {failed.name}"
+            )
+        delay = backoff_seconds(policy.backoff_seconds, failed.attempt)
+        await record_event(
+            session=session,
+            job=job,
+            kind="restart",
+            task=failed.name,
+            message=f"{reason}; restarting {failed.name} alone in {delay:g}s "
+            f"(attempt {failed.attempt + 1}), the job goes on",
+        )
+    for task in tasks:
+        if task.name in plan.tasks:
+            restart_in_place(
+                commands=commands, outbox=outbox, task=task, delay=delay, reason=reason
+            )
+    return Decision(True, reason)
+
+
+def restart_in_place(
+    *, commands: Commands, outbox: Outbox, task: Task, delay: float, reason: str
+) -> None:
+    """The next attempt of a task on the same host and port, once `delay` has passed."""
+    if task.status in LIVE and task.host is not None:
+        commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
+    task.attempt += 1
+    task.status = TaskStatus.scheduled
+    task.pid = task.exit_code = None
+    task.started_at = task.finished_at = None
+    task.restart_after = utcnow() + timedelta(seconds=delay)
+
+
+async def replace_job(
+    *, session: AsyncSession, commands: Commands, outbox: Outbox, job: Job, reason: str
+) -> None:
+    """Send the whole job back to placement: new hosts, ports and TF_CONFIG for every task."""
+    job.restart_count += 1
+    if job.status is JobStatus.failed:
+        await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
+    await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
+    for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
+        if task.status in LIVE and task.host is not None:
+            commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
+        task.attempt += 1
+        task.status = TaskStatus.pending
+        task.host_id = task.port = task.pid = task.exit_code = None
+        task.gpu_indices, task.tf_config = [], None
+        task.started_at = task.finished_at = task.restart_after = None
+
+
+async def after_host_lost(
+    *, session: AsyncSession, commands: Commands, outbox: Outbox, job: Job, reason: str
+) -> Decision:
+    """A lost host's tasks cannot keep their addresses: re-place the job if policy allows."""
+    policy = JobSpec.model_validate(job.spec, strict=False).restart
+    if not retryable(policy=policy.policy, exit_code=None, error=None, host_lost=True):
+        return Decision(False, reason)
+    if job.restart_count >= policy.max_restarts:
+        return Decision(False, f"{reason}; gave up after {job.restart_count} restarts")
+    await replace_job(
+        session=session,
+        commands=commands,
+        outbox=outbox,
+        job=job,
+        reason=f"{reason}; re-placing the job (restart {job.restart_count + 1} of "
+        f"{policy.max_restarts})",
+    )
+    return Decision(True, reason)
