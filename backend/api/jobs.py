@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, status
@@ -12,6 +13,7 @@ from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
 from backend.jobs.states import JobStatus
+from backend.scheduling import restarts
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -102,7 +104,9 @@ async def restart_job(
     request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
 ) -> JobRead:
     """Restart the whole job: every task stops and the job is placed again."""
-    await request.app.state.controller.restart_job(job_id)
+    await request.app.state.controller.apply(
+        functools.partial(restarts.request_job_restart, job_id=job_id)
+    )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

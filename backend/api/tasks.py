@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -12,6 +13,7 @@ from backend.api.jobs import JobId
 from backend.errors import NotFound
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
+from backend.scheduling import restarts
 from backend.streams.logs import LogStore
 
 router = APIRouter(prefix="/jobs/{job_id}/tasks", tags=["tasks"])
@@ -27,7 +29,9 @@ async def restart_task(
     request: Request, job_id: JobId, task: TaskName, session: SessionDep, _: AdminPrincipal
 ) -> JobRead:
     """Restart one task on its host and port (with the tasks its role restarts along with it)."""
-    await request.app.state.controller.restart_task(job_id, task)
+    await request.app.state.controller.apply(
+        functools.partial(restarts.request_task_restart, job_id=job_id, task_name=task)
+    )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

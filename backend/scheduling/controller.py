@@ -14,6 +14,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -23,27 +24,24 @@ from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.db import utcnow
-from backend.errors import Conflict, NotFound
 from backend.hosts.models import Host
 from backend.hosts.service import DeviceInfo, register_host
-from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import TERMINAL_JOB_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.jobs.tfconfig import tf_config
-from backend.scheduling import restarts, task_events
+from backend.scheduling import task_events
 from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
-from backend.scheduling.restart_rules import plan_restart
 from backend.scheduling.task_events import LIVE
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
 
-RESTARTABLE = frozenset(
-    {JobStatus.scheduled, JobStatus.running, JobStatus.restarting, JobStatus.failed}
-)
+# A change applied by Controller.apply: it gets the session, the commands and an outbox.
+Change = Callable[[AsyncSession, Commands, Outbox], Awaitable[None]]
 
 RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 
@@ -245,65 +243,12 @@ class Controller:
 
     # --- requests ---------------------------------------------------------------------
 
-    async def restart_job(self, job_id: int) -> None:
-        """Re-place the whole job: every task gets a new attempt (and may move)."""
+    async def apply(self, change: Change) -> None:
+        """Run a change to jobs and tasks under the controller's lock, in its own transaction,
+        and send the commands it decided once it has committed."""
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
-            job = await session.get(Job, job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} does not exist")
-            if job.status not in RESTARTABLE:
-                raise Conflict(
-                    f"job {job_id} is {job.status.value}; only a scheduled, running, restarting "
-                    "or failed job can be restarted"
-                )
-            await restarts.replace_job(
-                session=session,
-                commands=self.commands,
-                outbox=outbox,
-                job=job,
-                reason="restart requested",
-            )
-            await session.commit()
-        self.commands.send(outbox)
-        self.wake()
-
-    async def restart_task(self, job_id: int, task_name: str) -> None:
-        """Restart one task where it is, with whatever the role rules restart along with it."""
-        async with self._lock, self.sessions() as session:
-            outbox = Outbox()
-            job = await session.get(Job, job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} does not exist")
-            if job.status not in (JobStatus.scheduled, JobStatus.running, JobStatus.restarting):
-                raise Conflict(
-                    f"job {job_id} is {job.status.value}; tasks can be restarted only while it runs"
-                )
-            tasks = list(await session.scalars(select(Task).where(Task.job_id == job_id)))
-            task = next((t for t in tasks if t.name == task_name), None)
-            if task is None:
-                raise NotFound(f"job {job_id} has no task {task_name}")
-            if task.host_id is None:
-                raise Conflict(f"{task_name} of job {job_id} is not placed yet")
-            plan = plan_restart(job.strategy, task_name, [t.name for t in tasks])
-            reason = f"restart of {task_name} requested"
-            if plan.job_level and job.status is not JobStatus.restarting:
-                job.restart_count += 1
-                await transition_job(
-                    session=session,
-                    job=job,
-                    to=JobStatus.restarting,
-                    reason=f"{reason}; restarting {', '.join(sorted(plan.tasks))}",
-                )
-            else:
-                await record_event(
-                    session=session, job=job, kind="restart", task=task_name, message=reason
-                )
-            for member in tasks:
-                if member.name in plan.tasks:
-                    restarts.restart_in_place(
-                        commands=self.commands, outbox=outbox, task=member, delay=0, reason=reason
-                    )
+            await change(session, self.commands, outbox)
             await session.commit()
         self.commands.send(outbox)
         self.wake()

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.db import utcnow
+from backend.errors import Conflict, NotFound
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -133,3 +134,59 @@ async def after_host_lost(
         f"{policy.max_restarts})",
     )
     return Decision(True, reason)
+
+
+RESTARTABLE = frozenset(
+    {JobStatus.scheduled, JobStatus.running, JobStatus.restarting, JobStatus.failed}
+)
+
+
+async def request_job_restart(
+    session: AsyncSession, commands: Commands, outbox: Outbox, *, job_id: int
+) -> None:
+    """Re-place the whole job by request: every task gets a new attempt (and may move)."""
+    job = await session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if job.status not in RESTARTABLE:
+        raise Conflict(
+            f"job {job_id} is {job.status.value}; only a scheduled, running, restarting "
+            "or failed job can be restarted"
+        )
+    await replace_job(
+        session=session, commands=commands, outbox=outbox, job=job, reason="restart requested"
+    )
+
+
+async def request_task_restart(
+    session: AsyncSession, commands: Commands, outbox: Outbox, *, job_id: int, task_name: str
+) -> None:
+    """Restart one task where it is, with whatever the role rules restart along with it."""
+    job = await session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if job.status not in (JobStatus.scheduled, JobStatus.running, JobStatus.restarting):
+        raise Conflict(
+            f"job {job_id} is {job.status.value}; tasks can be restarted only while it runs"
+        )
+    tasks = list(await session.scalars(select(Task).where(Task.job_id == job_id)))
+    task = next((t for t in tasks if t.name == task_name), None)
+    if task is None:
+        raise NotFound(f"job {job_id} has no task {task_name}")
+    if task.host_id is None:
+        raise Conflict(f"{task_name} of job {job_id} is not placed yet")
+    plan = plan_restart(job.strategy, task_name, [t.name for t in tasks])
+    reason = f"restart of {task_name} requested"
+    if plan.job_level and job.status is not JobStatus.restarting:
+        job.restart_count += 1
+        await transition_job(
+            session=session,
+            job=job,
+            to=JobStatus.restarting,
+            reason=f"{reason}; restarting {', '.join(sorted(plan.tasks))}",
+        )
+    else:
+        await record_event(session=session, job=job, kind="restart", task=task_name, message=reason)
+    for member in tasks:
+        if member.name in plan.tasks:
+            restart_in_place(commands=commands, outbox=outbox, task=member, delay=0, reason=reason)
