@@ -177,23 +177,27 @@ def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> I
         cwd=REPO,
     )
     url = f"http://127.0.0.1:{port}"
-    cluster = Cluster(
-        url=url,
-        admin_token=admin,
-        agent_token=agent,
-        data_dir=data_dir,
-        process=process,
-        http=httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30),
-    )
-    try:
-        wait_healthy(url, process)
-        for index in range(agents):
-            cluster.wait_host(f"local-{index}", "online")
-        yield cluster
+    try:  # from here on, whatever fails, `strata up` is stopped
+        cluster = Cluster(
+            url=url,
+            admin_token=admin,
+            agent_token=agent,
+            data_dir=data_dir,
+            process=process,
+            http=httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=30
+            ),
+        )
+        try:
+            wait_healthy(url, process)
+            for index in range(agents):
+                cluster.wait_host(f"local-{index}", "online")
+            yield cluster
+        finally:
+            cluster.stop_extra_agents()
+            cluster.http.close()
     finally:
-        cluster.stop_extra_agents()
         stop(process, grace=40)
-        cluster.http.close()
         log.close()
 
 
