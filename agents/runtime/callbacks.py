@@ -53,7 +53,11 @@ log = logging.getLogger("strata.runtime")
 
 BATCH_INTERVAL = 0.5  # seconds between batch-level reports
 THROUGHPUT_INTERVAL = 2.0  # seconds between in-epoch throughput points
-PS_CHUNKS_PER_EPOCH = 64  # under PS, RemoteValues queued for resolution per epoch, at most
+# Under PS a step's outputs are copied back to the chief only while something holds its
+# RemoteValue; holding every step's cost a fifth of the training speed. So only a sample is
+# held: about one per PS_SAMPLE_SECONDS of training (a quarter epoch until the rate is known).
+PS_SAMPLE_SECONDS = 1.0
+PS_FIRST_EPOCH_SAMPLES = 4
 PENDING_LIMIT = 256
 
 
@@ -218,7 +222,7 @@ class MetricsTracker:
         steps = params.get("steps")
         self._steps = steps if isinstance(steps, int) and steps > 0 else None
         self._remote = coordinator is not None
-        self._stride = max(1, (self._steps or 0) // PS_CHUNKS_PER_EPOCH) if self._remote else 1
+        self._stride = max(1, (self._steps or 0) // PS_FIRST_EPOCH_SAMPLES) if self._remote else 1
         self._in_fit = True
         self._resolver.start()
         if self._remote and self._watch_coordinator and self._health is None:
@@ -288,6 +292,8 @@ class MetricsTracker:
             elapsed = done_at - started
             if step > first and elapsed > 0:
                 steps_per_sec = (step - first) / elapsed
+                if self._remote:
+                    self._stride = max(1, round(steps_per_sec * PS_SAMPLE_SECONDS))
                 sink.put("steps_per_sec", steps_per_sec, step, wall)
                 if self.batch_size:
                     sink.put("examples_per_sec", steps_per_sec * self.batch_size, step, wall)

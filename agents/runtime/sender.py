@@ -363,12 +363,14 @@ class MetricSender:
         while not self._closing.is_set():
             batch = self._take_batch()
             if batch:
+                sent_at = time.monotonic()
                 ws.send(batch[1])
                 self.batches_sent += 1
                 self._await_ack(ws, batch[0])
                 if len(self._buffer) >= self._max_batch:
                     continue  # a backlog: send the next batch at once
-                next_tick = time.monotonic() + self._interval
+                # The period runs from the send, so the round trip does not add to it.
+                next_tick = sent_at + self._interval
             # Between batches, read what the server sends (commands) until the next tick.
             while not self._closing.is_set():
                 remaining = next_tick - time.monotonic()

@@ -1,0 +1,120 @@
+"""Sampling the server with py-spy while a benchmark loads it, and reading the samples.
+
+py-spy is optional: without it (or where ptrace is not allowed) a benchmark runs unprofiled.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+DEFAULT_PYSPY = Path("/tmp/pyspy/bin/py-spy")  # noqa: S108 (where this machine keeps it)
+
+
+def find_pyspy() -> Path | None:
+    configured = os.environ.get("PYSPY")
+    if configured:
+        return Path(configured)
+    if DEFAULT_PYSPY.exists():
+        return DEFAULT_PYSPY
+    found = shutil.which("py-spy")
+    return Path(found) if found else None
+
+
+def start(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
+    """Starts recording `pid` for `seconds` into a collapsed-stack file; None without py-spy."""
+    pyspy = find_pyspy()
+    if pyspy is None:
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # --nonblocking: sampling must not pause the server it measures.
+    return subprocess.Popen(
+        [
+            *(str(pyspy), "record", "-p", str(pid), "-d", str(max(1, round(seconds)))),
+            *("-f", "raw", "-o", str(out), "--nonblocking", "-r", "200"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def finish(recorder: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
+    if recorder is None:
+        return
+    try:
+        recorder.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        recorder.kill()
+        recorder.wait()
+
+
+def _frame_label(frame: str) -> str:
+    """`send (websockets/protocol.py:123)` → `send (websockets/protocol.py)`: lines merged."""
+    name, _, where = frame.partition(" (")
+    file = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "python3.11/", "/work/main/"):
+        if marker in file:
+            file = file.split(marker, 1)[1]
+    return f"{name} ({file})" if file else name
+
+
+# Leaves where a thread waits rather than works (the event loop's epoll, an idle worker).
+IDLE_LEAVES = ("select (selectors.py)", "wait (threading.py)", "get (queue.py)")
+
+# What the server does with metrics, by the functions that do it; reported inclusively.
+SERVER_STAGES = {
+    "validate frames (pydantic)": "TypeAdapter.validate_json",
+    "ingest writer (Ingestor._write)": "Ingestor._write",
+    "SQLite thread (aiosqlite)": "_connection_worker_thread",
+    "PostgreSQL driver (asyncpg)": "(asyncpg/",
+    "build metrics frames": "metrics_frame",
+    "stream send (json + cursor + ws)": "_send (backend/api/streams.py)",
+    "permessage-deflate compress": "PerMessageDeflate.encode",
+    "permessage-deflate decompress": "PerMessageDeflate.decode",
+}
+
+# What a training chief does besides training, under ParameterServerStrategy.
+CHIEF_STAGES = {
+    "RemoteValue fetch after each step (worker threads)": "RemoteValueImpl.get",
+    "Keras batch hooks": "CallbackList._call_batch_hook",
+    "Strata callback": "agents/runtime/callbacks.py",
+    "Strata metric sender": "agents/runtime/sender.py",
+    "Strata coordinator health": "agents/runtime/coordinator.py",
+}
+
+
+def summarize(path: Path, stages: dict[str, str] | None = None, top: int = 10) -> dict[str, object]:
+    """Where the server's busy samples went: top self-time functions and per-stage shares."""
+    stages = SERVER_STAGES if stages is None else stages
+    own: Counter[str] = Counter()
+    in_stage: Counter[str] = Counter()
+    busy = idle = 0
+    if not path.exists():
+        return {"samples": 0}
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [_frame_label(f) for f in stack.split(";")]
+        if frames[-1].endswith(IDLE_LEAVES):
+            idle += count
+            continue
+        busy += count
+        own[frames[-1]] += count
+        for stage, marker in stages.items():
+            if any(marker in frame for frame in frames):
+                in_stage[stage] += count
+
+    def pct(n: int) -> float:
+        return round(100 * n / busy, 1) if busy else 0.0
+
+    return {
+        "busy_samples": busy,
+        "idle_samples": idle,
+        "stages_pct": {stage: pct(in_stage[stage]) for stage in stages if in_stage[stage]},
+        "self_pct": [(label, pct(n)) for label, n in own.most_common(top)],
+    }
