@@ -6,7 +6,6 @@ from sqlalchemy import (
     BigInteger,
     Double,
     Float,
-    ForeignKey,
     Index,
     Integer,
     String,
