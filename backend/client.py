@@ -81,6 +81,11 @@ class StrataClient:
         result: dict[str, Any] = self._request("POST", f"/jobs/{job_id}/cancel")
         return result
 
+    def restart(self, job_id: int, task: str | None = None) -> dict[str, Any]:
+        path = f"/jobs/{job_id}/tasks/{task}/restart" if task else f"/jobs/{job_id}/restart"
+        result: dict[str, Any] = self._request("POST", path)
+        return result
+
     def events(self, job_id: int) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._request("GET", f"/jobs/{job_id}/events")
         return result

@@ -207,6 +207,24 @@ def jobs_cancel(
     console.print(f"job {job['id']} is {job['status']}")
 
 
+def jobs_restart(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    task: Annotated[
+        str | None,
+        typer.Option(
+            "--task", "-t", help="Restart only this task (and what its role takes along)."
+        ),
+    ] = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Restart a job (placed again), or one task of it where it runs."""
+    with connect(server, token) as client:
+        job = client.restart(job_id, task)
+    what = f"{task} of job {job_id}" if task else f"job {job_id}"
+    console.print(f"restarting {what}: {job['status']}")
+
+
 def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
     """List the hosts that have joined, with their devices."""
     with connect(server, token) as client:
@@ -234,4 +252,5 @@ def register(app: typer.Typer) -> None:
     jobs.command("show")(jobs_show)
     jobs.command("cancel")(jobs_cancel)
     jobs.command("logs")(jobs_logs)
+    jobs.command("restart")(jobs_restart)
     app.add_typer(jobs, name="jobs")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from tests.support.cluster import Cluster, job_processes, local_cluster, wait_no_processes
+from tests.support.processes import STRATA
 
 pytestmark = pytest.mark.e2e
 
@@ -159,8 +161,21 @@ def test_restart_requests_and_their_refusals(cluster: Cluster) -> None:
         time.sleep(0.2)
     assert not set(job_processes(job["id"])) & before  # the old processes are gone
 
-    whole = cluster.http.post(f"/jobs/{job['id']}/restart")
-    assert whole.status_code == 200
+    env = {
+        **os.environ,
+        "STRATA_SERVER": cluster.url,
+        "STRATA_TOKEN": cluster.admin_token,
+        "COLUMNS": "200",
+    }
+    whole = subprocess.run(
+        [*STRATA, "jobs", "restart", str(job["id"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert whole.returncode == 0, whole.stderr
+    assert f"restarting job {job['id']}: pending" in whole.stdout
     cluster.wait_for(
         job["id"],
         lambda j: j["status"] == "running" and all(t["attempt"] == 2 for t in j["tasks"]),
