@@ -52,9 +52,9 @@ class TaskStatus(StrEnum):
     stopped = "stopped"  # stopped by the control plane (job over, cancel, restart)
     lost = "lost"  # its host went silent
 
-    @property
-    def is_live(self) -> bool:
-        return self in (TaskStatus.scheduled, TaskStatus.running)
+
+# A task in these states holds its host's port and GPUs, and an agent runs or will run it.
+LIVE_TASK_STATUSES = (TaskStatus.scheduled, TaskStatus.running)
 
 
 class HostStatus(StrEnum):

@@ -29,13 +29,18 @@ from backend.hosts.service import DeviceInfo, register_host
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
-from backend.jobs.states import TERMINAL_JOB_STATUSES, HostStatus, JobStatus, TaskStatus
+from backend.jobs.states import (
+    LIVE_TASK_STATUSES,
+    TERMINAL_JOB_STATUSES,
+    HostStatus,
+    JobStatus,
+    TaskStatus,
+)
 from backend.jobs.tfconfig import tf_config
 from backend.scheduling import task_events
 from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
-from backend.scheduling.task_events import LIVE
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
@@ -127,7 +132,7 @@ class Controller:
             select(Task, Job)
             .join(Task.job)
             .where(Job.status.in_(TERMINAL_JOB_STATUSES))
-            .where(Task.status.in_([*LIVE, TaskStatus.pending]))
+            .where(Task.status.in_([*LIVE_TASK_STATUSES, TaskStatus.pending]))
         )
         for task, job in rows:
             if task.status is TaskStatus.pending or task.host is None:
@@ -177,7 +182,7 @@ class Controller:
         ]
         busy = await session.execute(
             select(Task.host_id, Task.port, Task.gpu_indices).where(
-                Task.status.in_(LIVE), Task.host_id.is_not(None)
+                Task.status.in_(LIVE_TASK_STATUSES), Task.host_id.is_not(None)
             )
         )
         used_gpus: dict[int, set[int]] = {}
@@ -355,7 +360,7 @@ class Controller:
                     pid=pid,
                 )
         for task in await session.scalars(
-            select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE))
+            select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE_TASK_STATUSES))
         ):
             key = task_key(task)
             if key in reported:

@@ -33,8 +33,7 @@ class HostCapacity:
     used_ports: set[int] = field(default_factory=set)
 
     def next_port(self) -> int | None:
-        low, high = self.port_range
-        return next((p for p in range(low, high + 1) if p not in self.used_ports), None)
+        return lowest_free_port(self.port_range, self.used_ports)
 
 
 @dataclass(frozen=True)
@@ -90,8 +89,11 @@ def place(
 
 
 def _free_port(host: HostCapacity, trial: dict[int, tuple[list[int], set[int]]]) -> int | None:
-    low, high = host.port_range
-    used = trial[host.host_id][1]
+    return lowest_free_port(host.port_range, trial[host.host_id][1])
+
+
+def lowest_free_port(port_range: tuple[int, int], used: set[int]) -> int | None:
+    low, high = port_range
     return next((p for p in range(low, high + 1) if p not in used), None)
 
 

@@ -20,11 +20,9 @@ from backend.errors import Conflict, NotFound
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
-from backend.jobs.states import JobStatus, TaskStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.restart_rules import backoff_seconds, plan_restart, retryable
-
-LIVE = (TaskStatus.scheduled, TaskStatus.running)
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,7 @@ def restart_in_place(
     *, commands: Commands, outbox: Outbox, task: Task, delay: float, reason: str
 ) -> None:
     """The next attempt of a task on the same host and port, once `delay` has passed."""
-    if task.status in LIVE and task.host is not None:
+    if task.status in LIVE_TASK_STATUSES and task.host is not None:
         commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
     task.attempt += 1
     task.status = TaskStatus.scheduled
@@ -107,7 +105,7 @@ async def replace_job(
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
     await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
     for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
-        if task.status in LIVE and task.host is not None:
+        if task.status in LIVE_TASK_STATUSES and task.host is not None:
             commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
         task.attempt += 1
         task.status = TaskStatus.pending

@@ -15,12 +15,10 @@ from backend.db import utcnow
 from backend.hosts.models import Host
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
-from backend.jobs.states import ACTIVE_JOB_STATUSES, JobStatus, TaskStatus
+from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
 from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.outcome import judge_exit
-
-LIVE = (TaskStatus.scheduled, TaskStatus.running)
 
 
 async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
@@ -36,7 +34,7 @@ def wanted_on(task: Task | None, job: Job | None, host: Host, key: TaskKey) -> b
         task is not None
         and job is not None
         and job.status in ACTIVE_JOB_STATUSES
-        and task.status in LIVE
+        and task.status in LIVE_TASK_STATUSES
         and task.host_id == host.id
         and task.attempt == key.attempt
     )
@@ -57,7 +55,7 @@ async def end_job(
     for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
         if task.status is TaskStatus.pending:
             task.status = TaskStatus.stopped
-        elif task.status in LIVE and task.host is not None:
+        elif task.status in LIVE_TASK_STATUSES and task.host is not None:
             commands.stop(outbox, task.host.name, task_key(task), reason)
 
 
@@ -100,7 +98,7 @@ async def apply_exit(
     task = await find_task(session=session, key=exit.key)
     if task is None or task.attempt != exit.key.attempt or task.host_id != host.id:
         return  # an exit of an attempt we no longer track
-    if task.status not in LIVE:
+    if task.status not in LIVE_TASK_STATUSES:
         return  # already applied (the agent resent it after a reconnect)
     job = await session.get_one(Job, task.job_id)
     siblings = [
@@ -167,9 +165,9 @@ async def mark_host_lost(
 ) -> None:
     """Its tasks cannot keep their addresses: mark them lost; re-place or end their jobs."""
     for task in await session.scalars(
-        select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE))
+        select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE_TASK_STATUSES))
     ):
-        if task.status not in LIVE:
+        if task.status not in LIVE_TASK_STATUSES:
             continue  # already re-placed with a sibling that was on this host too
         job = await session.get_one(Job, task.job_id)
         task.status, task.finished_at = TaskStatus.lost, utcnow()

@@ -9,7 +9,6 @@ unique key (job, task, attempt, seq) backs that up should two writes ever race.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections import defaultdict
@@ -86,11 +85,12 @@ class Ingestor:
     async def _write(self, batch: list[_Pending]) -> None:
         rows: list[tuple[Any, ...]] = []
         fresh: dict[AttemptKey, list[WirePoint]] = defaultdict(list)
-        highest = dict(self._stored)
+        # Only the attempts in this write: the map of all attempts ever seen is not copied.
+        highest = {pending.key: self._stored.get(pending.key, -1) for pending in batch}
         for pending in batch:
             job_id, task, attempt = pending.key
             for point in pending.points:
-                if point.seq <= highest.get(pending.key, -1):
+                if point.seq <= highest[pending.key]:
                     continue
                 highest[pending.key] = point.seq
                 fresh[pending.key].append(point)
@@ -128,10 +128,6 @@ class Ingestor:
                 pending.done.set_result(self._stored.get(pending.key, -1))
         for key, points in fresh.items():
             self._broker.publish(job_topic(key[0]), metrics_frame(key, points))
-
-    def forget(self, key: AttemptKey) -> None:
-        with contextlib.suppress(KeyError):
-            del self._stored[key]
 
 
 _COLUMNS = ("job_id", "task", "attempt", "seq", "name", "step", "value", "wall_time")
