@@ -184,7 +184,46 @@ class MetricBatch(_Message):
     points: list[MetricPoint] = Field(min_length=1, max_length=MAX_POINTS_PER_BATCH)
 
 
-RuntimeMessage = Annotated[TaskHello | MetricBatch, Field(discriminator="type")]
+CHECKPOINT_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$"
+CheckpointName = Annotated[str, Field(pattern=CHECKPOINT_NAME_PATTERN)]
+
+
+class CheckpointSaved(_Message):
+    """A checkpoint the runtime wrote, and the ones its retention policy deleted.
+
+    Names are checkpoint prefixes inside the job's checkpoint dir (``ckpt-120`` for the files
+    ``ckpt-120.index`` and ``ckpt-120.data-*``), never paths: the server joins them to the
+    dir it gave the task, so a report cannot point anywhere else. The server stores it once
+    per name and answers `CheckpointAck`; the runtime resends until it has that answer.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
+    type: Literal["checkpoint"] = "checkpoint"
+    name: CheckpointName
+    step: int = Field(ge=0, le=2**62)  # the optimizer's iteration count in the checkpoint
+    epoch: int | None = Field(default=None, ge=0)  # epochs completed when it was written
+    size_bytes: int = Field(ge=0)
+    wall_time: float  # seconds since the epoch, when the write finished
+    trigger: Literal["epoch", "time", "command", "end"]
+    command_id: int | None = None  # the checkpoint-now request it answers
+    metrics: dict[Annotated[str, Field(pattern=METRIC_NAME_PATTERN)], float] = Field(
+        default_factory=dict, max_length=200
+    )
+    deleted: list[CheckpointName] = Field(default_factory=list, max_length=1000)
+
+
+class CommandFailed(_Message):
+    """The runtime could not carry out a command (the reason says why)."""
+
+    type: Literal["command_failed"] = "command_failed"
+    id: int
+    reason: str = Field(max_length=4096)
+
+
+RuntimeMessage = Annotated[
+    TaskHello | MetricBatch | CheckpointSaved | CommandFailed, Field(discriminator="type")
+]
 runtime_message = TypeAdapter[RuntimeMessage](RuntimeMessage)
 
 
@@ -208,5 +247,14 @@ class Command(_Message):
     action: Literal["checkpoint", "stop"]
 
 
-RuntimeServerMessage = Annotated[TaskWelcome | Ack | Command, Field(discriminator="type")]
+class CheckpointAck(_Message):
+    """The checkpoint report with this name is stored; the runtime forgets it."""
+
+    type: Literal["checkpoint_ack"] = "checkpoint_ack"
+    name: str
+
+
+RuntimeServerMessage = Annotated[
+    TaskWelcome | Ack | Command | CheckpointAck, Field(discriminator="type")
+]
 runtime_server_message = TypeAdapter[RuntimeServerMessage](RuntimeServerMessage)

@@ -13,6 +13,8 @@ from fastapi import FastAPI
 
 from backend.api import (
     agent_channel,
+    checkpoints,
+    evaluator,
     health,
     hosts,
     jobs,
@@ -27,6 +29,7 @@ from backend.db import create_engine, session_factory
 from backend.errors import install_error_handlers
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.runtime_links import RuntimeLinks
 from backend.schema import upgrade_database
 from backend.streams.broker import Broker, job_topic
 from backend.streams.events import BROKER, PublishingSession
@@ -67,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine, sync_session_class=PublishingSession, info={BROKER: broker}
         )
         app.state.hub = AgentHub()
+        app.state.runtimes = RuntimeLinks()
         app.state.ingestor = Ingestor(app.state.sessions, broker)
 
         def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
@@ -111,6 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         health.router,
         jobs.router,
         tasks.router,
+        checkpoints.router,
+        evaluator.router,
         metrics.router,
         hosts.router,
         agent_channel.router,

@@ -86,6 +86,28 @@ class StrataClient:
         result: dict[str, Any] = self._request("POST", path)
         return result
 
+    def checkpoint(self, job_id: int, *, wait_seconds: float = 30.0) -> dict[str, Any]:
+        """Checkpoint now: answers once the chief has written it."""
+        result: dict[str, Any] = self._request(
+            "POST",
+            f"/jobs/{job_id}/checkpoint",
+            params={"wait_seconds": wait_seconds},
+            timeout=wait_seconds + 10.0,
+        )
+        return result
+
+    def checkpoints(self, job_id: int, *, include_deleted: bool = False) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request(
+            "GET", f"/jobs/{job_id}/checkpoints", params={"include_deleted": include_deleted}
+        )
+        return result
+
+    def evaluator(self, job_id: int, action: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._request(
+            "POST", f"/jobs/{job_id}/evaluator", json={"action": action}
+        )
+        return result
+
     def events(self, job_id: int) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._request("GET", f"/jobs/{job_id}/events")
         return result

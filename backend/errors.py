@@ -44,6 +44,18 @@ class UnsupportedMediaType(DomainError):
     status_code = 415
 
 
+class TaskFailed(DomainError):
+    """A task the request depends on could not do its part (it answered with a failure)."""
+
+    status_code = 502
+
+
+class TaskTimeout(DomainError):
+    """A task the request depends on did not answer in time."""
+
+    status_code = 504
+
+
 @dataclass(frozen=True)
 class FieldIssue:
     field: str  # dotted path into the request body, e.g. "replicas.ps.count"

@@ -13,7 +13,9 @@ lock and a deque append, and everything else happens on one daemon thread:
   points not yet acknowledged are simply sent again (the server skips what it has);
 * the buffer is bounded: when it is full the oldest unacknowledged point is dropped and
   counted (`dropped`);
-* a `Command` frame from the server goes to the hooks registered with `on_command`.
+* a `Command` frame from the server goes to the hooks registered with `on_command`;
+* checkpoint reports (`report_checkpoint`) are records, not points: each is sent before the
+  next batch and resent after a reconnect until the server's `CheckpointAck` names it.
 
 A script run by hand (no STRATA_SERVER, STRATA_TASK_TOKEN, STRATA_TASK or STRATA_ATTEMPT) gets
 a `NullSender`: no thread, no socket, nothing reported. `get_sender()` is the process-wide
@@ -40,7 +42,10 @@ from agents.protocol import (
     MAX_POINTS_PER_BATCH,
     METRIC_NAME_PATTERN,
     Ack,
+    CheckpointAck,
+    CheckpointSaved,
     Command,
+    CommandFailed,
     MetricBatch,
     MetricPoint,
     TaskHello,
@@ -108,6 +113,12 @@ class MetricSink(Protocol):
 
     def on_command(self, hook: CommandHook) -> None: ...
 
+    def report_checkpoint(self, saved: CheckpointSaved) -> None:
+        """Queues a checkpoint report; it is resent until the server has stored it."""
+        ...
+
+    def report_command_failed(self, command_id: int, reason: str) -> None: ...
+
 
 def valid_name(name: str) -> bool:
     return _NAME.match(name) is not None
@@ -139,6 +150,12 @@ class NullSender:
         return None
 
     def on_command(self, hook: CommandHook) -> None:
+        return None
+
+    def report_checkpoint(self, saved: CheckpointSaved) -> None:
+        return None
+
+    def report_command_failed(self, command_id: int, reason: str) -> None:
         return None
 
 
@@ -186,6 +203,8 @@ class MetricSender:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an ack or welcome arrived
         self._buffer: deque[Point] = deque()
+        # Checkpoint reports and command failures, sent before the next batch, in order.
+        self._records: deque[CheckpointSaved | CommandFailed] = deque()
         self._next_seq = 0
         self._acked = -1  # the highest sequence number the server says it stores
         self._names: set[str] = set()  # names already checked against the pattern
@@ -238,11 +257,22 @@ class MetricSender:
         except Exception as exc:  # a value that is not a number, and anything else
             self._refuse(f"metric {name!r}: {exc!r}")
 
+    def report_checkpoint(self, saved: CheckpointSaved) -> None:
+        with self._lock:
+            self._records.append(saved)
+
+    def report_command_failed(self, command_id: int, reason: str) -> None:
+        with self._lock:
+            self._records.append(CommandFailed(id=command_id, reason=reason[:4096]))
+
     def flush(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
         with self._changed:
             target = self._next_seq - 1
-            while self._buffer and self._buffer[0].seq <= target:
+            last_record = self._records[-1] if self._records else None
+            while (self._buffer and self._buffer[0].seq <= target) or any(
+                r is last_record for r in self._records
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._thread.is_alive():
                     return False
@@ -361,6 +391,7 @@ class MetricSender:
         """Sends batches until closing; raises when the connection fails."""
         next_tick = time.monotonic()
         while not self._closing.is_set():
+            self._send_records(ws)
             batch = self._take_batch()
             if batch:
                 sent_at = time.monotonic()
@@ -378,6 +409,33 @@ class MetricSender:
                     break
                 self._receive(ws, remaining)
             next_tick = time.monotonic() + self._interval
+
+    def _send_records(self, ws: Any) -> None:
+        """Sends the queued records; a checkpoint report waits for its ack before the next."""
+        while True:
+            with self._lock:
+                if not self._records:
+                    return
+                record = self._records[0]
+            ws.send(record.model_dump_json())
+            if isinstance(record, CheckpointSaved):
+                self._await_checkpoint_ack(ws, record)
+            else:
+                self._forget_record(record)
+
+    def _await_checkpoint_ack(self, ws: Any, record: CheckpointSaved) -> None:
+        deadline = time.monotonic() + self._ack_timeout
+        while any(r is record for r in self._records):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no ack for checkpoint {record.name} in {self._ack_timeout}s")
+            self._receive(ws, remaining)
+
+    def _forget_record(self, record: CheckpointSaved | CommandFailed) -> None:
+        with self._changed:
+            if self._records and self._records[0] is record:
+                self._records.popleft()
+            self._changed.notify_all()
 
     def _take_batch(self) -> tuple[int, str] | None:
         """(highest seq, frame) for the oldest unacknowledged points, or None if none."""
@@ -425,6 +483,11 @@ class MetricSender:
             self._apply_ack(message.seq)
         elif isinstance(message, Command):
             self._dispatch(message)
+        elif isinstance(message, CheckpointAck):
+            with self._lock:
+                head = self._records[0] if self._records else None
+            if isinstance(head, CheckpointSaved) and head.name == message.name:
+                self._forget_record(head)
         return message
 
     def _apply_ack(self, seq: int) -> None:

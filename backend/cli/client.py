@@ -15,6 +15,7 @@ from rich.table import Table
 
 from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
+from backend.sizes import human_size
 
 console = Console()
 err_console = Console(stderr=True)
@@ -225,6 +226,65 @@ def jobs_restart(
     console.print(f"restarting {what}: {job['status']}")
 
 
+def jobs_checkpoint(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    wait: Annotated[
+        float, typer.Option("--wait", min=1, max=300, help="Seconds to wait for it.")
+    ] = 30.0,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Checkpoint a running job now (at its next step boundary) and say when it was written."""
+    with connect(server, token) as client:
+        answer = client.checkpoint(job_id, wait_seconds=wait)
+    checkpoint = answer["checkpoint"]
+    console.print(
+        f"checkpoint {checkpoint['name']} written by {answer['task']} at step "
+        f"{checkpoint['step']} in {answer['seconds']:.2f}s: {checkpoint['path']} "
+        f"({human_size(checkpoint['size_bytes'])})"
+    )
+
+
+def jobs_checkpoints(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    all_: Annotated[bool, typer.Option("--all", help="Include those retention deleted.")] = False,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List a job's checkpoints, newest first."""
+    with connect(server, token) as client:
+        found = client.checkpoints(job_id, include_deleted=all_)
+    table = Table("NAME", "STEP", "EPOCH", "SIZE", "TRIGGER", "WRITTEN", "PATH")
+    for row in found:
+        name = row["name"] + (" (deleted)" if row["deleted_at"] else "")
+        table.add_row(
+            name,
+            str(row["step"]),
+            "-" if row["epoch"] is None else str(row["epoch"]),
+            human_size(row["size_bytes"]),
+            row["trigger"] or "-",
+            _age(row["created_at"]),
+            row["path"],
+        )
+    console.print(table)
+
+
+def jobs_evaluator(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    action: Annotated[str, typer.Argument(help="start or stop")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Start or stop a job's sidecar evaluator."""
+    if action not in ("start", "stop"):
+        raise typer.BadParameter(f"expected start or stop, got {action!r}", param_hint="ACTION")
+    with connect(server, token) as client:
+        job = client.evaluator(job_id, action)
+    task = next((t for t in job["tasks"] if t["role"] == "evaluator"), None)
+    where = f" on {task['host']}" if task and task["host"] else ""
+    console.print(f"evaluator of job {job_id}: {task['status'] if task else 'none'}{where}")
+
+
 def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
     """List the hosts that have joined, with their devices."""
     with connect(server, token) as client:
@@ -253,4 +313,7 @@ def register(app: typer.Typer) -> None:
     jobs.command("cancel")(jobs_cancel)
     jobs.command("logs")(jobs_logs)
     jobs.command("restart")(jobs_restart)
+    jobs.command("checkpoint")(jobs_checkpoint)
+    jobs.command("checkpoints")(jobs_checkpoints)
+    jobs.command("evaluator")(jobs_evaluator)
     app.add_typer(jobs, name="jobs")

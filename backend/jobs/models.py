@@ -115,6 +115,7 @@ class Checkpoint(Base):
     epoch: Mapped[int | None] = mapped_column(Integer)
     step: Mapped[int | None] = mapped_column(BigInteger)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    trigger: Mapped[str | None] = mapped_column(String(16))  # epoch | time | command | end
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agents.protocol import METRIC_NAME_PATTERN
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
 
 Strategy = Literal["mirrored", "multi_worker_mirrored", "parameter_server"]
@@ -38,8 +39,11 @@ RESERVED_ENV = frozenset(
         "STRATA_SERVER",
         "STRATA_JOB_ID",
         "STRATA_TASK",
+        "STRATA_ATTEMPT",
+        "STRATA_STRATEGY",
         "STRATA_TASK_TOKEN",
         "STRATA_CHECKPOINT_DIR",
+        "STRATA_CHECKPOINT_POLICY",
     }
 )
 
@@ -76,6 +80,13 @@ class Replicas(_Strict):
         return spec
 
 
+class KeepBest(_Strict):
+    metric: str = Field(
+        pattern=METRIC_NAME_PATTERN, description="An epoch-end metric, e.g. loss or val_accuracy."
+    )
+    mode: Literal["min", "max"] = "min"
+
+
 class CheckpointPolicy(_Strict):
     dir: str | None = Field(
         default=None, description="Relative to the checkpoint root; a per-job dir when null."
@@ -83,6 +94,14 @@ class CheckpointPolicy(_Strict):
     every_epochs: Annotated[int, Field(ge=1, le=1_000_000)] | None = 1
     every_seconds: Annotated[float, Field(gt=0, le=86_400 * 7)] | None = None
     keep: Annotated[int, Field(ge=1, le=1000, description="Checkpoints kept (latest).")] = 5
+    keep_best: KeepBest | None = Field(
+        default=None, description="Also keep the best checkpoint by this metric."
+    )
+
+    @property
+    def saves(self) -> bool:
+        """Whether the runtime writes checkpoints on its own (checkpoint-now always can)."""
+        return self.every_epochs is not None or self.every_seconds is not None
 
     @field_validator("dir")
     @classmethod

@@ -170,7 +170,7 @@ class Controller:
             if task.host is not None and self.hub.connected(task.host.name):
                 self._start_if_due(outbox, task.host.name, job, task)
 
-    async def _capacities(self, session: AsyncSession) -> list[HostCapacity]:
+    async def capacities(self, session: AsyncSession) -> list[HostCapacity]:
         hosts = [
             h
             for h in await session.scalars(
@@ -215,15 +215,17 @@ class Controller:
         )
         if not jobs:
             return
-        capacity = await self._capacities(session)
+        capacity = await self.capacities(session)
         for job in jobs:
             if any(self._old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
                 job.reason = "waiting for the tasks of its previous attempt to stop"
                 continue
             spec = JobSpec.model_validate(job.spec, strict=False)
+            # Every training task is pending here; a stopped evaluator stays stopped.
+            waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
             needs = [
                 TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
-                for t in job.tasks
+                for t in waiting
             ]
             # Jobs that do not fit are passed over, so smaller ones behind them can run.
             slots = place(needs, capacity)
@@ -231,7 +233,7 @@ class Controller:
                 job.reason = slots.reason
                 continue
             addresses = {key: f"{slot.address}:{slot.port}" for key, slot in slots.items()}
-            for task in job.tasks:
+            for task in waiting:
                 slot = slots[(task.role, task.index)]
                 task.host_id, task.port, task.gpu_indices = slot.host_id, slot.port, list(slot.gpus)
                 task.tf_config = tf_config(addresses, task.role, task.index)

@@ -45,6 +45,8 @@ def start_message(
         "STRATA_STRATEGY": spec.strategy,
         "STRATA_TASK_TOKEN": task_token,
         "STRATA_CHECKPOINT_DIR": str(checkpoint_dir(spec, key.job_id, checkpoint_root)),
+        # every_epochs, every_seconds, keep, keep_best: read by agents.runtime.checkpoints.
+        "STRATA_CHECKPOINT_POLICY": spec.checkpoint.model_dump_json(exclude={"dir"}),
         # Fail RPCs to a dead peer at once so the coordinator can reschedule its closures.
         "GRPC_FAIL_FAST": "use_caller",
         "TF_USE_LEGACY_KERAS": "1",

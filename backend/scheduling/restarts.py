@@ -105,6 +105,8 @@ async def replace_job(
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
     await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
     for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
+        if task.role == "evaluator" and task.status not in LIVE_TASK_STATUSES:
+            continue  # a stopped sidecar evaluator is started again only by request
         if task.status in LIVE_TASK_STATUSES and task.host is not None:
             commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
         task.attempt += 1

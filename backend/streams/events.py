@@ -20,19 +20,30 @@ BROKER = "strata.broker"
 
 
 def event_frame(row: JobEvent) -> dict[str, Any]:
+    """A stream frame for a job event. A checkpoint is an event of kind "checkpoint" (so it
+    is durable, ordered and resumable with the rest) and travels as a `checkpoint` frame
+    with the checkpoint beside the event."""
+    if row.kind == "checkpoint" and isinstance(row.data.get("checkpoint"), dict):
+        return {
+            "type": "checkpoint",
+            "job_id": row.job_id,
+            "checkpoint": row.data["checkpoint"],
+            "deleted": row.data.get("deleted", []),
+            "event": _event_body(row),
+        }
+    return {"type": "event", "job_id": row.job_id, "event": _event_body(row)}
+
+
+def _event_body(row: JobEvent) -> dict[str, Any]:
     return {
-        "type": "event",
-        "job_id": row.job_id,
-        "event": {
-            "id": row.id,
-            "at": row.at.isoformat(),
-            "kind": row.kind,
-            "task": row.task,
-            "from_status": row.from_status,
-            "to_status": row.to_status,
-            "message": row.message,
-            "data": row.data,
-        },
+        "id": row.id,
+        "at": row.at.isoformat(),
+        "kind": row.kind,
+        "task": row.task,
+        "from_status": row.from_status,
+        "to_status": row.to_status,
+        "message": row.message,
+        "data": row.data,
     }
 
 

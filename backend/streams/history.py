@@ -97,7 +97,7 @@ def log_frame(task: str, attempt: int, first_line: int, lines: list[str]) -> dic
 def advance(cursor: Cursor, frame: dict[str, Any]) -> dict[str, Any] | None:
     """Trim a live frame to what the cursor has not seen, and move the cursor past it."""
     kind = frame["type"]
-    if kind == "event":
+    if kind in ("event", "checkpoint"):
         if frame["event"]["id"] <= cursor.event:
             return None
         cursor.event = frame["event"]["id"]

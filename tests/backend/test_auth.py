@@ -19,6 +19,9 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/jobs/1/metrics"),
     ("POST", "/jobs/1/restart"),
     ("POST", "/jobs/1/tasks/chief:0/restart"),
+    ("GET", "/jobs/1/checkpoints"),
+    ("POST", "/jobs/1/checkpoint"),
+    ("POST", "/jobs/1/evaluator"),
     ("GET", "/hosts"),
     ("GET", "/cluster"),
 ]

@@ -1,0 +1,107 @@
+"""Checkpoints of a job: the list, and checkpoint-now."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.jobs import JobId
+from backend.checkpoints import service
+from backend.checkpoints.schemas import CheckpointNow, CheckpointRead, checkpoint_read
+from backend.db import utcnow
+from backend.errors import Conflict, NotFound, TaskFailed, TaskTimeout
+from backend.jobs import service as jobs
+from backend.jobs.models import Checkpoint, Job, Task
+from backend.jobs.states import JobStatus
+from backend.scheduling.runtime_links import RuntimeLinks
+
+router = APIRouter(prefix="/jobs/{job_id}", tags=["checkpoints"])
+
+
+@router.get("/checkpoints", response_model=list[CheckpointRead])
+async def list_checkpoints(
+    job_id: JobId,
+    session: SessionDep,
+    _: AdminPrincipal,
+    include_deleted: Annotated[
+        bool, Query(description="Also those the retention policy deleted.")
+    ] = False,
+) -> list[CheckpointRead]:
+    """The checkpoints the job's runtime reported, newest first."""
+    await jobs.get_job(session=session, job_id=job_id)
+    rows = await service.list_checkpoints(
+        session=session, job_id=job_id, include_deleted=include_deleted
+    )
+    return [checkpoint_read(row) for row in rows]
+
+
+def checkpoint_writer(job: Job) -> Task:
+    """The task that writes the job's checkpoints on request, or a 409 saying why none can."""
+    if job.strategy == "multi_worker_mirrored":
+        raise Conflict(
+            f"job {job.id} is multi_worker_mirrored: its workers save together, at epoch ends "
+            "(checkpoint.every_epochs); checkpoint now needs parameter_server or mirrored"
+        )
+    training = [t for t in job.tasks if t.role != "evaluator"]
+    writer = next((t for t in training if t.role == "chief"), training[0] if training else None)
+    if writer is None:
+        raise Conflict(f"job {job.id} has no task that writes checkpoints")
+    return writer
+
+
+@router.post("/checkpoint", response_model=CheckpointNow)
+async def checkpoint_now(
+    request: Request,
+    job_id: JobId,
+    session: SessionDep,
+    _: AdminPrincipal,
+    wait_seconds: Annotated[
+        float, Query(gt=0, le=300, description="How long to wait for the checkpoint.")
+    ] = 30.0,
+) -> CheckpointNow:
+    """Ask the job's chief to write a checkpoint at its next step boundary, and answer when
+    it has been written (the job's stream also gets a `checkpoint` frame)."""
+    job = await jobs.get_job(session=session, job_id=job_id)
+    if job.status is not JobStatus.running:
+        raise Conflict(
+            f"job {job_id} is {job.status.value}; a checkpoint can be taken only while it runs"
+        )
+    writer = checkpoint_writer(job)
+    task = writer.name
+    links: RuntimeLinks = request.app.state.runtimes
+    link = links.find(job_id, task, writer.attempt)
+    if link is None:
+        raise Conflict(
+            f"the runtime of {task} is not connected: the training script must pass "
+            "runtime.callbacks() to fit (or it is still starting)"
+        )
+    # The request must not hold a database connection (SQLite allows one writer) while it
+    # waits on the training process.
+    await session.rollback()
+    requested_at, started = utcnow(), time.monotonic()
+    command_id, answer = await links.send_command(link, "checkpoint")
+    try:
+        outcome = await asyncio.wait_for(answer, timeout=wait_seconds)
+    except TimeoutError:
+        raise TaskTimeout(
+            f"{task} wrote no checkpoint within {wait_seconds:g}s (command {command_id});"
+            " if it is written later it will be listed"
+        ) from None
+    finally:
+        links.forget(command_id)
+    if outcome.failure is not None or outcome.checkpoint_id is None:
+        raise TaskFailed(f"{task} could not write the checkpoint: {outcome.failure}")
+    row = await session.get(Checkpoint, outcome.checkpoint_id)
+    if row is None:
+        raise NotFound(f"checkpoint {outcome.checkpoint_id} is gone")
+    return CheckpointNow(
+        command_id=command_id,
+        task=task,
+        requested_at=requested_at,
+        seconds=round(time.monotonic() - started, 3),
+        checkpoint=checkpoint_read(row),
+    )

@@ -1,0 +1,46 @@
+"""The sidecar evaluator of a job: start and stop it."""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict
+
+from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.jobs import JobId
+from backend.jobs import service
+from backend.jobs.schemas import JobRead
+from backend.scheduling.controller import Controller
+from backend.scheduling.evaluator import request_evaluator
+
+router = APIRouter(prefix="/jobs/{job_id}", tags=["evaluator"])
+
+
+class EvaluatorRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["start", "stop"]
+
+
+@router.post("/evaluator", response_model=JobRead)
+async def evaluator(
+    request: Request,
+    job_id: JobId,
+    body: EvaluatorRequest,
+    session: SessionDep,
+    _: AdminPrincipal,
+) -> JobRead:
+    """Start the job's sidecar evaluator on a host with room, or stop it. It evaluates each
+    new checkpoint and reports `eval/<metric>` at the checkpoint's step."""
+    controller: Controller = request.app.state.controller
+    await controller.apply(
+        functools.partial(
+            request_evaluator,
+            job_id=job_id,
+            action=body.action,
+            capacities=controller.capacities,
+        )
+    )
+    return service.job_read(await service.get_job(session=session, job_id=job_id))

@@ -1,0 +1,93 @@
+"""Recording the checkpoints runtimes report, and listing them.
+
+Service functions: keyword-only, they flush and never commit. A report is applied once per
+checkpoint: the runtime resends until acknowledged, and a resent report changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.protocol import CheckpointSaved
+from backend.checkpoints.schemas import checkpoint_read
+from backend.db import utcnow
+from backend.jobs.lifecycle import record_event
+from backend.jobs.models import Checkpoint, Job
+from backend.sizes import human_size
+
+CHECKPOINT_EVENT = "checkpoint"
+
+
+async def record_checkpoint(
+    *, session: AsyncSession, job: Job, directory: Path, task: str, saved: CheckpointSaved
+) -> Checkpoint:
+    """Store a reported checkpoint (once), mark the ones retention deleted, and record an
+    event, which the job's stream carries as a `checkpoint` frame."""
+    path = str(directory / saved.name)
+    existing = await session.scalar(
+        select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.path == path)
+    )
+    if existing is not None:
+        return existing
+    row = Checkpoint(
+        job_id=job.id,
+        path=path,
+        epoch=saved.epoch,
+        step=saved.step,
+        size_bytes=saved.size_bytes,
+        trigger=saved.trigger,
+        # JSON columns cannot hold NaN (PostgreSQL refuses it): a diverged metric is null.
+        metrics={k: v if math.isfinite(v) else None for k, v in saved.metrics.items()},
+        created_at=datetime.fromtimestamp(saved.wall_time, UTC),
+    )
+    session.add(row)
+    deleted: list[str] = []
+    if saved.deleted:
+        paths = [str(directory / name) for name in saved.deleted]
+        for old in await session.scalars(
+            select(Checkpoint).where(
+                Checkpoint.job_id == job.id,
+                Checkpoint.path.in_(paths),
+                Checkpoint.deleted_at.is_(None),
+            )
+        ):
+            old.deleted_at = utcnow()
+            deleted.append(Path(old.path).name)
+    await session.flush()
+    what = f"epoch {saved.epoch}, " if saved.epoch is not None else ""
+    message = (
+        f"checkpoint {saved.name} written by {task} at step {saved.step} "
+        f"({what}{human_size(saved.size_bytes)}, {saved.trigger})"
+    )
+    if deleted:
+        message += f"; retention deleted {', '.join(sorted(deleted))}"
+    await record_event(
+        session=session,
+        job=job,
+        kind=CHECKPOINT_EVENT,
+        task=task,
+        message=message,
+        data={
+            "checkpoint": checkpoint_read(row).model_dump(mode="json"),
+            "deleted": sorted(deleted),
+            "command_id": saved.command_id,
+        },
+    )
+    return row
+
+
+async def list_checkpoints(
+    *, session: AsyncSession, job_id: int, include_deleted: bool = False
+) -> list[Checkpoint]:
+    """The job's checkpoints, newest first."""
+    query = select(Checkpoint).where(Checkpoint.job_id == job_id)
+    if not include_deleted:
+        query = query.where(Checkpoint.deleted_at.is_(None))
+    return list(
+        await session.scalars(query.order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc()))
+    )

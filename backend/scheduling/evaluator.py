@@ -1,0 +1,141 @@
+"""Starting and stopping a job's sidecar evaluator by request.
+
+The evaluator is outside the training cluster (its TF_CONFIG names only itself), so it can
+come and go while the job trains: starting it places one task on any host with room; stopping
+it ends that task and nothing else. A spec with `evaluator.count: 1` starts it with the job.
+Service functions: keyword-only, they flush and never commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from backend.db import utcnow
+from backend.errors import Conflict, NotFound
+from backend.jobs.lifecycle import record_event
+from backend.jobs.models import Job, Task
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
+from backend.jobs.tfconfig import tf_config
+from backend.scheduling.commands import Commands, Outbox, task_key
+from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+
+EVALUATOR = ("evaluator", 0)
+# The evaluator can be placed on its own while the job holds its hosts.
+PLACED_JOB_STATUSES = (JobStatus.scheduled, JobStatus.running, JobStatus.restarting)
+
+Capacities = Callable[[AsyncSession], Awaitable[list[HostCapacity]]]
+
+
+async def request_evaluator(
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    *,
+    job_id: int,
+    action: Literal["start", "stop"],
+    capacities: Capacities,
+) -> None:
+    job = await session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    tasks = list(await session.scalars(select(Task).where(Task.job_id == job_id)))
+    evaluator = next((t for t in tasks if (t.role, t.index) == EVALUATOR), None)
+    if action == "start":
+        await _start(session, commands, outbox, job, evaluator, capacities)
+    else:
+        await _stop(session, commands, outbox, job, evaluator)
+
+
+async def _start(
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    job: Job,
+    evaluator: Task | None,
+    capacities: Capacities,
+) -> None:
+    if job.status.is_terminal:
+        raise Conflict(f"job {job.id} is {job.status.value}; it has nothing left to evaluate")
+    spec = JobSpec.model_validate(job.spec, strict=False)
+    if not spec.checkpoint.saves:
+        raise Conflict(
+            f"job {job.id} writes no checkpoints (checkpoint.every_epochs and every_seconds "
+            "are null), so a sidecar evaluator would have nothing to evaluate"
+        )
+    if evaluator is not None and (
+        evaluator.status in LIVE_TASK_STATUSES or evaluator.status is TaskStatus.pending
+    ):
+        raise Conflict(f"the evaluator of job {job.id} is already {evaluator.status.value}")
+    if evaluator is None:
+        evaluator = Task(
+            job_id=job.id, role="evaluator", index=0, status=TaskStatus.pending, gpu_indices=[]
+        )
+        session.add(evaluator)
+    else:
+        evaluator.attempt += 1
+        evaluator.status = TaskStatus.pending
+        evaluator.host_id = evaluator.port = evaluator.pid = evaluator.exit_code = None
+        evaluator.gpu_indices, evaluator.tf_config = [], None
+        evaluator.started_at = evaluator.finished_at = evaluator.restart_after = None
+    if job.status not in PLACED_JOB_STATUSES:
+        # A pending job: the evaluator is placed with the rest of it.
+        await session.flush()
+        await record_event(
+            session=session,
+            job=job,
+            kind="evaluator",
+            task="evaluator:0",
+            message="sidecar evaluator requested; it starts when the job is placed",
+        )
+        return
+    slots = place([TaskNeed(*EVALUATOR, spec.replicas.evaluator.gpus)], await capacities(session))
+    if isinstance(slots, Unplaceable):
+        raise Conflict(f"no host has room for the evaluator of job {job.id}: {slots.reason}")
+    slot = slots[EVALUATOR]
+    evaluator.host_id, evaluator.port, evaluator.gpu_indices = (
+        slot.host_id,
+        slot.port,
+        list(slot.gpus),
+    )
+    evaluator.tf_config = tf_config({EVALUATOR: f"{slot.address}:{slot.port}"}, *EVALUATOR)
+    evaluator.status = TaskStatus.scheduled
+    await session.flush()
+    commands.start(outbox, slot.host_name, job, evaluator, force=True)
+    await record_event(
+        session=session,
+        job=job,
+        kind="evaluator",
+        task="evaluator:0",
+        message=f"sidecar evaluator started on {slot.host_name} (attempt {evaluator.attempt})",
+        data={"to": "scheduled", "attempt": evaluator.attempt, "host": slot.host_name},
+    )
+
+
+async def _stop(
+    session: AsyncSession, commands: Commands, outbox: Outbox, job: Job, evaluator: Task | None
+) -> None:
+    if evaluator is None or evaluator.status not in (*LIVE_TASK_STATUSES, TaskStatus.pending):
+        raise Conflict(f"job {job.id} has no sidecar evaluator running")
+    if evaluator.status in LIVE_TASK_STATUSES and evaluator.host is not None:
+        commands.stop(
+            outbox,
+            evaluator.host.name,
+            task_key(evaluator),
+            "evaluator stopped by request",
+            force=True,
+        )
+    # Stopped at once: its exit, when the agent reports it, is then no news (not a failure).
+    evaluator.status, evaluator.finished_at = TaskStatus.stopped, utcnow()
+    await record_event(
+        session=session,
+        job=job,
+        kind="evaluator",
+        task="evaluator:0",
+        message="sidecar evaluator stopped by request",
+        data={"to": "stopped", "attempt": evaluator.attempt},
+    )
