@@ -16,7 +16,10 @@ from websockets.sync.server import Server, ServerConnection, serve
 from agents import runtime
 from agents.protocol import (
     Ack,
+    CheckpointAck,
+    CheckpointSaved,
     Command,
+    CommandFailed,
     MetricBatch,
     MetricPoint,
     TaskHello,
@@ -49,6 +52,8 @@ class FakeTaskChannel:
         self.drop_after: set[int] = set()
         self.store_dropped = True
         self.commands: list[Command] = []  # sent right after the welcome
+        self.records: list[CheckpointSaved | CommandFailed] = []  # resends included
+        self.unacked_checkpoints = 0  # hang up instead of acking this many reports
         self._server: Server | None = None
 
     def __enter__(self) -> FakeTaskChannel:
@@ -84,6 +89,16 @@ class FakeTaskChannel:
             ws.send(command.model_dump_json())
         for raw in ws:
             message = runtime_message.validate_json(raw)
+            if isinstance(message, CheckpointSaved | CommandFailed):
+                with self.lock:
+                    self.records.append(message)
+                    hang_up = isinstance(message, CheckpointSaved) and self.unacked_checkpoints
+                    self.unacked_checkpoints -= bool(hang_up)
+                if hang_up:
+                    return
+                if isinstance(message, CheckpointSaved):
+                    ws.send(CheckpointAck(name=message.name).model_dump_json())
+                continue
             assert isinstance(message, MetricBatch)
             seqs = [point.seq for point in message.points]
             assert seqs == sorted(seqs)
@@ -284,6 +299,26 @@ def test_commands_reach_the_hooks(
     assert seen == [Command(id=7, action="checkpoint")]
     sender.put("loss", 1.0, 1)
     assert sender.flush(5)
+
+
+def test_checkpoint_reports_are_resent_until_acknowledged_in_order(
+    channel: FakeTaskChannel, make_sender: Callable[..., MetricSender]
+) -> None:
+    channel.unacked_checkpoints = 1  # the first report's connection drops before its ack
+    sender = make_sender(channel.url)
+    first = CheckpointSaved(
+        name="ckpt-1", step=10, size_bytes=1, wall_time=1.0, trigger="command", command_id=3
+    )
+    second = CheckpointSaved(name="ckpt-2", step=20, size_bytes=1, wall_time=2.0, trigger="epoch")
+    sender.report_checkpoint(first)
+    sender.report_checkpoint(second)
+    sender.report_command_failed(4, "no training in progress")
+    sender.put("loss", 1.0, 1)
+    assert sender.flush(5)
+    with channel.lock:
+        records = list(channel.records)
+    assert records == [first, first, second, CommandFailed(id=4, reason="no training in progress")]
+    assert channel.connections == 2
 
 
 def test_a_refused_token_is_not_an_error(channel: FakeTaskChannel) -> None:
