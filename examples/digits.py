@@ -3,6 +3,10 @@
 One script for every strategy: the job's strategy comes from `runtime.strategy()`, and the
 input is a `DatasetCreator`, which model.fit accepts under ParameterServerStrategy,
 MultiWorkerMirroredStrategy and MirroredStrategy alike. Everything else is ordinary tf_keras.
+`runtime.callbacks()` streams the metrics and, under Strata, keeps checkpoints and backups.
+
+The last EVAL_FRACTION of the data is held out: training never sees it, and the job's sidecar
+evaluator (the task whose role is "evaluator") evaluates each new checkpoint on it.
 
     python examples/digits.py --epochs 5 --steps-per-epoch 20 --batch 64
 """
@@ -22,6 +26,8 @@ from sklearn.datasets import load_digits
 
 from agents import runtime
 
+EVAL_FRACTION = 0.2
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,10 +43,13 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def load_data() -> tuple[np.ndarray, np.ndarray]:
+def load_data() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(train, held-out eval) features and labels; the same split on every task."""
     digits = load_digits()
     features = (digits.data / 16.0).astype("float32")  # pixel values are 0..16
-    return features, digits.target.astype("int32")
+    labels = digits.target.astype("int32")
+    split = int(len(features) * (1 - EVAL_FRACTION))
+    return (features[:split], labels[:split]), (features[split:], labels[split:])
 
 
 def make_dataset_creator(
@@ -106,7 +115,13 @@ def main() -> int:
     if isinstance(sys.stdout, io.TextIOWrapper):
         # Line by line even into a pipe, so an agent streaming stdout sees epochs as they end.
         sys.stdout.reconfigure(line_buffering=True)
-    features, labels = load_data()
+    (features, labels), (eval_features, eval_labels) = load_data()
+    if runtime.role() == "evaluator":
+        # Outside the training cluster: evaluate each checkpoint the chief writes, forever.
+        print("strata-example: sidecar evaluator", flush=True)
+        eval_data = tf.data.Dataset.from_tensor_slices((eval_features, eval_labels))
+        runtime.sidecar_evaluator(build_model(), eval_data.batch(args.batch))
+        return 0
 
     strategy = runtime.strategy()
     print(

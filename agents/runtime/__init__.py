@@ -8,6 +8,9 @@
         model.compile(...)
     model.fit(..., callbacks=runtime.callbacks())
 
+and, in the job's sidecar evaluator task (`runtime.role() == "evaluator"`), with the same
+compiled model and a finite evaluation dataset: `runtime.sidecar_evaluator(model, data)`.
+
 Importing this package is cheap: TensorFlow is imported only when `strategy()` is called,
 tf_keras when `callbacks()` is, and the metric sender (a daemon thread with a websocket to
 the server, see `agents.runtime.sender`) on the first report. A plain tf_keras script that
@@ -38,6 +41,7 @@ __all__ = [
     "flush",
     "report",
     "role",
+    "sidecar_evaluator",
     "strategy",
     "strategy_name",
     "watch_coordinator",
@@ -89,8 +93,11 @@ def callbacks(batch_size: int | None = None) -> list[Any]:
 
     `StrataMetrics` streams the epoch-end logs, the learning rate, batch-level progress and
     throughput (`examples_per_sec` too when `batch_size`, the global batch size, is given)
-    and, under parameter_server, the coordinator's health. Outside Strata (no STRATA_SERVER
-    and friends) this is an empty list, so scripts can always pass it.
+    and, under parameter_server, the coordinator's health. With the job's checkpoint dir,
+    `BackupAndRestore` (first: a restarted chief resumes at the epoch after its last backup)
+    and `StrataCheckpoints` (checkpoints by the job's policy and on request, see
+    `agents.runtime.checkpoints`) come too. Outside Strata (no STRATA_SERVER and friends, no
+    STRATA_CHECKPOINT_DIR) this is an empty list, so scripts can always pass it.
     """
     try:
         from agents.runtime.callbacks import make_callbacks
@@ -99,6 +106,19 @@ def callbacks(batch_size: int | None = None) -> list[Any]:
     except Exception as exc:  # reporting must never stop a job from training
         log.warning("strata: metric callbacks disabled: %r", exc)
         return []
+
+
+def sidecar_evaluator(model: Any, data: Any, steps: int | None = None) -> None:
+    """The job's sidecar evaluator: evaluates each new checkpoint and reports ``eval/<name>``
+    at the checkpoint's step, until the agent stops the process (it never returns).
+
+    `model` is built and compiled as for training (same layers, optimizer and metrics);
+    `data` is what `model.evaluate` takes, finite unless `steps` is given. Outside Strata
+    (no STRATA_CHECKPOINT_DIR) it raises `NotUnderStrata`, a RuntimeError.
+    """
+    from agents.runtime.evaluator import run_sidecar_evaluator
+
+    run_sidecar_evaluator(model, data, steps)
 
 
 def report(name: str, value: Any, step: int) -> None:

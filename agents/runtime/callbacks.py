@@ -451,13 +451,26 @@ def strata_metrics_class() -> type:
 
 
 def make_callbacks(batch_size: int | None = None, *, sink: MetricSink | None = None) -> list[Any]:
-    """What `runtime.callbacks()` returns: [StrataMetrics] when reporting is on, else []."""
+    """What `runtime.callbacks()` returns: [BackupAndRestore, StrataMetrics, StrataCheckpoints].
+
+    StrataMetrics when reporting is on; BackupAndRestore and StrataCheckpoints when the job
+    has a checkpoint dir (STRATA_CHECKPOINT_DIR; see `agents.runtime.checkpoints`). Outside
+    Strata that is []. BackupAndRestore comes first: its on_train_begin restores the weights,
+    the optimizer (its step) and the epoch counter before any other callback looks at them.
+    """
+    from agents.runtime.checkpoints import checkpoint_callbacks
     from agents.runtime.sender import get_sender
 
     target = sink if sink is not None else get_sender()
-    if not target.enabled:
-        return []
-    return [strata_metrics_class()(batch_size, sink=sink)]
+    checkpoints = checkpoint_callbacks(target)
+    callbacks: list[Any] = []
+    if checkpoints is not None:
+        callbacks.append(checkpoints[0])
+    if target.enabled:
+        callbacks.append(strata_metrics_class()(batch_size, sink=sink))
+    if checkpoints is not None:
+        callbacks.append(checkpoints[1])
+    return callbacks
 
 
 def __getattr__(name: str) -> Any:

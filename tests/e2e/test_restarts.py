@@ -81,6 +81,44 @@ def test_a_killed_ps_worker_is_restarted_alone_and_training_goes_on(cluster: Clu
     wait_no_processes(job["id"])
 
 
+def epoch_curve(cluster: Cluster, job_id: int, attempt: int) -> list[tuple[int, float]]:
+    page = cluster.http.get(
+        f"/jobs/{job_id}/tasks/chief:0/logs", params={"attempt": attempt, "limit": 10000}
+    ).json()
+    return [(int(m[1]), float(m[2])) for line in page["lines"] if (m := EPOCH_LINE.match(line))]
+
+
+def test_a_killed_ps_restarts_with_the_chief_which_resumes_from_its_backup(
+    cluster: Cluster,
+) -> None:
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_ps.yaml").read_text())
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", "10"]
+    spec["restart"] = {"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0}
+    job = cluster.submit(spec)
+    cluster.wait_for(
+        job["id"],
+        lambda j: len(epoch_curve(cluster, j["id"], 0)) >= 4,
+        240,
+        "past epoch 4",
+    )
+    os.kill(pid_of(cluster, job["id"], "ps:0"), signal.SIGKILL)
+    done = cluster.wait_status(job["id"], "succeeded", timeout=300)
+
+    attempts = {t["name"]: t["attempt"] for t in done["tasks"]}
+    assert attempts["ps:0"] >= 1 and attempts["chief:0"] >= 1
+    assert attempts["worker:0"] == attempts["worker:1"] == 0  # workers were not restarted
+    assert done["restart_count"] >= 1
+    before = epoch_curve(cluster, job["id"], 0)
+    after = epoch_curve(cluster, job["id"], attempts["chief:0"])
+    # The epoch counter continues from the backup instead of starting again at 1, and the
+    # weights came back with it: the first resumed epoch is far below the first epoch's loss.
+    assert after[0][0] > 1, after
+    assert after[0][0] <= before[-1][0] + 1, (before, after)
+    assert after[-1][0] == 10
+    assert after[0][1] < 0.6 * before[0][1], (before, after)
+    wait_no_processes(job["id"])
+
+
 def test_a_job_that_keeps_failing_stops_at_max_restarts(cluster: Cluster) -> None:
     spec = python_job(
         "crash-loop",

@@ -1,0 +1,731 @@
+"""Checkpoints of a training job: the `StrataCheckpoints` callback, its policy and retention.
+
+A checkpoint is `tf.train.Checkpoint(model=model, optimizer=model.optimizer)` written with
+`Checkpoint.write` to ``<STRATA_CHECKPOINT_DIR>/ckpt-<N>`` (the files ``ckpt-<N>.index`` and
+``ckpt-<N>.data-*``), exactly the structure `tf_keras.utils.SidecarEvaluator` restores. The
+dir's ``checkpoint`` state file lists the kept checkpoints (relative names, oldest first), so
+`tf.train.latest_checkpoint` and `tf.train.checkpoints_iterator` see them. N is unique and
+increasing: a restarted chief numbers on from the highest N in the dir. A small manifest,
+``strata-checkpoints.json``, remembers each kept checkpoint's step, epoch and metrics, so that
+"keep the best" still knows the old ones after a restart.
+
+When (the policy comes from STRATA_CHECKPOINT_POLICY, JSON; see `parse_policy`):
+
+* every `every_epochs` epochs, at the epoch end (trigger "epoch");
+* every `every_seconds`, checked at train batch ends (trigger "time"): under
+  ParameterServerStrategy training is asynchronous and an epoch can be long;
+* on a "checkpoint" command from the server (trigger "command"): the sender thread only
+  queues the command id; the save happens on the training thread at the next train batch
+  end (or epoch end), a step boundary. A command while no `fit` runs is answered with
+  ``command_failed`` ("no training in progress"): the training thread is the only one
+  that may safely touch the model;
+* at train end, when steps ran since the last save and the policy saves on its own
+  (trigger "end").
+
+After each save the chief reports a `CheckpointSaved` (size, the optimizer's step read back
+from the files, epochs completed, the latest epoch-end metrics) and applies the retention
+policy: the latest `keep` and, with `keep_best`, the best one by an epoch-end metric. Only a
+checkpoint written right at an epoch end (no step since) can be "best": a mid-epoch one
+carries the previous epoch's metrics, which do not describe its weights.
+
+Who writes: under parameter_server only the chief (the coordinator) runs `fit`; it reads the
+variables from the ps tasks and writes every file itself (the I/O device is its CPU), while
+workers go on training. Under mirrored the single task writes. Under multi_worker_mirrored
+every worker must take part in a save (it may need collectives), so all of them save at the
+same epoch ends: the chief (worker 0 without a chief task) writes to the real dir and
+reports, the others write to a temporary dir and delete it, as tf_keras's own callbacks do.
+Since all workers must agree on when, time-based saves and checkpoint-now are not available
+there (the first is ignored with a warning, the second answered with command_failed).
+
+A failed save logs a warning (and answers the command it served with command_failed);
+training goes on. The batch hook costs an increment, a flag check and a clock compare.
+
+This module imports only the standard library; TensorFlow and tf_keras are imported when a
+callback is built or used (`StrataCheckpoints` is built on attribute access).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from agents.runtime import values as tfvalues
+from agents.runtime.values import sanitize_name
+
+if TYPE_CHECKING:
+    from agents.protocol import CheckpointSaved, Command
+    from agents.runtime.sender import MetricSink
+
+log = logging.getLogger("strata.runtime")
+
+DIR_ENV = "STRATA_CHECKPOINT_DIR"
+POLICY_ENV = "STRATA_CHECKPOINT_POLICY"
+BACKUP_SUBDIR = "backup"  # BackupAndRestore's dir, inside the checkpoint dir
+MANIFEST = "strata-checkpoints.json"
+MAX_METRICS = 200
+NOT_TRAINING = "no training in progress"
+MWM_REFUSAL = (
+    "checkpoint-now is not available under multi_worker_mirrored: every worker must save at "
+    "the same step, so checkpoints are taken at epoch ends only"
+)
+
+Trigger = Literal["epoch", "time", "command", "end"]
+Mode = Literal["min", "max"]
+Kind = Literal["single", "parameter_server", "multi_worker_mirrored"]
+
+_NUMBERED = re.compile(r"^ckpt-(\d+)(?:\D|$)")  # ckpt-7.index, ckpt-7.data-*, ckpt-7_temp
+_NAME = re.compile(r"^ckpt-(\d+)$")
+_ITERATION_KEYS = (
+    "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",  # tf_keras optimizers
+    "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",  # legacy optimizers
+)
+
+
+# --- the policy -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeepBest:
+    metric: str
+    mode: Mode = "min"
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When to save and what to keep (the job spec's `checkpoint`, less its dir)."""
+
+    every_epochs: int | None = 1
+    every_seconds: float | None = None
+    keep: int | None = 5  # None: keep all
+    keep_best: KeepBest | None = None
+
+    @property
+    def saves(self) -> bool:
+        """Whether the runtime saves on its own (checkpoint-now works either way)."""
+        return self.every_epochs is not None or self.every_seconds is not None
+
+
+def parse_policy(raw: str | None) -> CheckpointPolicy:
+    """STRATA_CHECKPOINT_POLICY, e.g. ``{"every_epochs": 1, "every_seconds": null, "keep": 5,
+    "keep_best": {"metric": "loss", "mode": "min"}}``; missing keys take the defaults, and an
+    unusable value gives the default policy with a warning (it never stops training)."""
+    if raw is None or not raw.strip():
+        return CheckpointPolicy()
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        default = CheckpointPolicy()
+        every_epochs = _optional_number(data, "every_epochs", default.every_epochs, integer=True)
+        every_seconds = _optional_number(data, "every_seconds", default.every_seconds)
+        keep = _optional_number(data, "keep", default.keep, integer=True)
+        best = data.get("keep_best")
+        keep_best = None
+        if best is not None:
+            if not isinstance(best, dict) or not isinstance(best.get("metric"), str):
+                raise ValueError("keep_best must be {metric, mode}")
+            mode = best.get("mode", "min")
+            if mode not in ("min", "max"):
+                raise ValueError(f"keep_best.mode {mode!r} is not min or max")
+            keep_best = KeepBest(sanitize_name(best["metric"]), "max" if mode == "max" else "min")
+        return CheckpointPolicy(
+            every_epochs=None if every_epochs is None else int(every_epochs),
+            every_seconds=every_seconds,
+            keep=None if keep is None else int(keep),
+            keep_best=keep_best,
+        )
+    except (ValueError, TypeError) as exc:
+        log.warning(
+            "strata: %s=%r is not usable (%s); saving every epoch, keeping 5", POLICY_ENV, raw, exc
+        )
+        return CheckpointPolicy()
+
+
+def _optional_number(
+    data: Mapping[str, Any], key: str, default: float | None, *, integer: bool = False
+) -> float | None:
+    if key not in data:
+        return default
+    value = data[key]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number or null")
+    if integer and value != int(value):
+        raise ValueError(f"{key} must be a whole number")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{key} must be positive")
+    return float(value)
+
+
+def checkpoint_dir(env: Mapping[str, str] | None = None) -> str | None:
+    """The job's checkpoint dir (STRATA_CHECKPOINT_DIR), or None outside Strata."""
+    value = (os.environ if env is None else env).get(DIR_ENV, "").strip()
+    return value or None
+
+
+# --- retention --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A checkpoint, as retention sees it."""
+
+    name: str
+    number: int  # higher is newer
+    score: float | None = None  # the keep_best metric, when this checkpoint may be "best"
+
+
+def checkpoints_to_keep(
+    candidates: Sequence[Candidate], keep: int | None, mode: Mode | None = None
+) -> list[str]:
+    """The names to keep, oldest first: the latest `keep` (None: all; never fewer than one)
+    and, when `mode` is given, the best by score, lowest for "min" and highest for "max".
+
+    Candidates without a finite score are never best. On a tie the earliest stays best: as
+    with tf_keras's ModelCheckpoint, only a strict improvement makes a new best.
+    """
+    ordered = sorted(candidates, key=lambda c: c.number)
+    latest = ordered if keep is None else ordered[-max(1, keep) :]
+    kept = {c.name for c in latest}
+    if mode is not None:
+        best: Candidate | None = None
+        for candidate in ordered:
+            score = candidate.score
+            if score is None or not math.isfinite(score):
+                continue
+            if (
+                best is None
+                or best.score is None
+                or (score < best.score if mode == "min" else score > best.score)
+            ):
+                best = candidate
+        if best is not None:
+            kept.add(best.name)
+    return [c.name for c in ordered if c.name in kept]
+
+
+# --- checkpoint-now: commands from the sender thread -----------------------------------------
+
+
+class _CommandRouter:
+    """The one command hook per sink: hands "checkpoint" commands to the keeper whose `fit`
+    is running (the latest started), or answers command_failed."""
+
+    def __init__(self, sink: MetricSink) -> None:
+        self.sink = sink
+        self._lock = threading.Lock()
+        self._active: list[CheckpointKeeper] = []
+
+    def activate(self, keeper: CheckpointKeeper) -> None:
+        with self._lock:
+            if keeper not in self._active:
+                self._active.append(keeper)
+
+    def deactivate(self, keeper: CheckpointKeeper) -> None:
+        with self._lock:
+            if keeper in self._active:
+                self._active.remove(keeper)
+
+    def __call__(self, command: Command) -> None:
+        if command.action != "checkpoint":
+            return
+        with self._lock:
+            active = list(reversed(self._active))
+        reason = NOT_TRAINING
+        for keeper in active:
+            refusal = keeper.request(command.id)
+            if refusal is None:
+                return
+            reason = refusal
+            if refusal != NOT_TRAINING:
+                break
+        log.warning("strata: checkpoint command %d refused: %s", command.id, reason)
+        self.sink.report_command_failed(command.id, reason)
+
+
+_routers: dict[int, _CommandRouter] = {}
+_routers_lock = threading.Lock()
+
+
+def _router(sink: MetricSink) -> _CommandRouter:
+    with _routers_lock:
+        router = _routers.get(id(sink))
+        if router is None or router.sink is not sink:
+            router = _CommandRouter(sink)
+            _routers[id(sink)] = router
+            sink.on_command(router)
+        return router
+
+
+# --- the keeper: everything the callback does --------------------------------------------------
+
+
+@dataclass
+class _Record:
+    name: str
+    number: int
+    step: int | None = None
+    epoch: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    fresh: bool = False  # written at an epoch end: its metrics describe its weights
+
+
+class CheckpointKeeper:
+    """The callback's logic. The training thread calls the hooks; `request()` (a command)
+    may come from any thread."""
+
+    def __init__(
+        self, directory: str, policy: CheckpointPolicy, sink: MetricSink | None = None
+    ) -> None:
+        if sink is None:
+            from agents.runtime.sender import get_sender
+
+            sink = get_sender()
+        self.directory = directory
+        self.policy = policy
+        self.sink = sink
+        self.clock: Callable[[], float] = time.monotonic
+        # Read without a lock on the hot path; written under `_lock`.
+        self.command_waiting = False
+        self.due = math.inf  # monotonic time of the next time-based save
+        self.batches = 0  # train batch ends seen by this callback
+        self._lock = threading.Lock()
+        self._commands: deque[int] = deque()
+        self._active = False
+        self._router = _router(sink)
+        self._kind: Kind = "single"
+        self._chief = True
+        self._every_seconds: float | None = None
+        self._warned_time = False
+        self._model: Any = None
+        self._checkpoint: Any = None
+        self._options: Any = None
+        self._known: dict[str, _Record] = {}  # kept checkpoints in the dir, oldest first
+        self._next_number = 1
+        self._scanned = False  # the dir's checkpoints are known (numbering goes on from them)
+        self._saved_batches = 0
+        self._epoch_end_batches = -1
+        self._epochs_done: int | None = None
+        self._metrics: dict[str, float] = {}
+
+    # --- hooks (training thread) ---------------------------------------------------------
+
+    def train_begin(self, model: Any) -> None:
+        import tensorflow as tf
+
+        strategy = model.distribute_strategy
+        kind: Kind = "single"
+        if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+            kind = "parameter_server"  # only the coordinator runs fit: it saves
+        elif isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            kind = "multi_worker_mirrored"
+        chief = kind != "multi_worker_mirrored" or bool(strategy.extended.should_checkpoint)
+        self.configure(kind, chief)
+        self._model = model
+        self._checkpoint = None
+        self._saved_batches = self.batches
+        self._epoch_end_batches = -1
+        self._epochs_done = None
+        self._metrics = {}
+        self.activate()  # from here on a command is queued (a failed save answers it)
+        self._options = None
+        if kind == "parameter_server":
+            # Every file from the coordinator: the ps hosts need not see the dir.
+            self._options = tf.train.CheckpointOptions(experimental_io_device=_local_cpu(strategy))
+        self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        self._scanned = False
+        if self._chief:
+            self._scan_dir()
+
+    def configure(self, kind: Kind, chief: bool) -> None:
+        """Sets who this task is in the save (tests call it directly)."""
+        self._kind = kind
+        self._chief = chief
+        every = self.policy.every_seconds
+        if every is not None and kind == "multi_worker_mirrored":
+            if not self._warned_time:
+                self._warned_time = True
+                log.warning(
+                    "strata: every_seconds=%s is ignored under multi_worker_mirrored (all "
+                    "workers must save at the same step); checkpoints follow epochs only",
+                    every,
+                )
+            every = None
+        self._every_seconds = every
+        self._reset_timer()
+
+    def activate(self) -> None:
+        with self._lock:
+            self._active = True
+        self._router.activate(self)
+
+    def epoch_begin(self, epoch: int) -> None:
+        self._epochs_done = epoch
+
+    def step_boundary(self) -> None:
+        """A train batch ended with a command waiting or a time-based save due."""
+        command = self._next_command()
+        if command is not None:
+            self._save("command", command)
+        elif self.clock() >= self.due:
+            self._save("time")
+
+    def epoch_end(self, epoch: int, logs: Mapping[str, Any] | None) -> None:
+        self._epochs_done = epoch + 1
+        self._epoch_end_batches = self.batches
+        numbers = tfvalues.scalars(dict(logs or {}))
+        self._metrics = {
+            sanitize_name(name): value for name, value in list(numbers.items())[:MAX_METRICS]
+        }
+        every = self.policy.every_epochs
+        command = self._next_command()
+        if command is not None:
+            self._save("command", command)  # it stands for the epoch's save too
+        elif every is not None and (epoch + 1) % every == 0:
+            self._save("epoch")
+
+    def train_end(self) -> None:
+        with self._lock:
+            self._active = False
+            pending = list(self._commands)
+            self._commands.clear()
+            self.command_waiting = False
+        self._router.deactivate(self)
+        for command in pending:
+            self._save("command", command)
+        if self.policy.saves and self.batches != self._saved_batches:
+            self._save("end")
+        self.due = math.inf
+
+    # --- commands (any thread) -------------------------------------------------------------
+
+    def request(self, command_id: int) -> str | None:
+        """Queues checkpoint-now for the next step boundary; a reason when it cannot be."""
+        with self._lock:
+            if not self._active:
+                return NOT_TRAINING
+            if self._kind == "multi_worker_mirrored":
+                return MWM_REFUSAL
+            self._commands.append(command_id)
+            self.command_waiting = True
+        return None
+
+    def _next_command(self) -> int | None:
+        if not self.command_waiting:
+            return None
+        with self._lock:
+            command = self._commands.popleft() if self._commands else None
+            self.command_waiting = bool(self._commands)
+        return command
+
+    # --- saving ----------------------------------------------------------------------------
+
+    def _reset_timer(self) -> None:
+        every = self._every_seconds
+        self.due = self.clock() + every if every is not None else math.inf
+
+    def _save(self, trigger: Trigger, command_id: int | None = None) -> bool:
+        self._reset_timer()
+        try:
+            saved = self._write(trigger, command_id)
+        except Exception as exc:
+            log.warning("strata: %s checkpoint failed; training goes on: %r", trigger, exc)
+            if command_id is not None:
+                self.sink.report_command_failed(
+                    command_id, f"the checkpoint could not be written: {exc!r}"[:4096]
+                )
+            return False
+        self._saved_batches = self.batches
+        if saved is not None:
+            log.info("strata: wrote %s (%s, step %d)", saved.name, trigger, saved.step)
+            self.sink.report_checkpoint(saved)
+        return True
+
+    def _write(self, trigger: Trigger, command_id: int | None) -> CheckpointSaved | None:
+        import tensorflow as tf
+
+        from agents.protocol import CheckpointSaved
+
+        if self._checkpoint is None:
+            raise RuntimeError("no model: the callback has not seen on_train_begin")
+        if not self._chief:
+            # A multi_worker_mirrored worker other than the chief: take part, then discard.
+            temp = os.path.join(self.directory, f"workertemp_{_task_label()}")
+            try:
+                self._checkpoint.write(os.path.join(temp, "ckpt"), options=self._options)
+            finally:
+                if tf.io.gfile.exists(temp):
+                    tf.io.gfile.rmtree(temp)
+            return None
+
+        if not self._scanned:
+            self._scan_dir()
+        number = self._next_number
+        self._next_number += 1
+        name = f"ckpt-{number}"
+        prefix = os.path.join(self.directory, name)
+        tf.io.gfile.makedirs(self.directory)
+        self._checkpoint.write(prefix, options=self._options)
+        wall_time = time.time()
+        size = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".*"))
+        step = self._read_step(prefix)
+        record = _Record(
+            name=name,
+            number=number,
+            step=step,
+            epoch=self._epochs_done,
+            metrics=dict(self._metrics),
+            fresh=self.batches == self._epoch_end_batches,
+        )
+        self._known[name] = record
+        best = self.policy.keep_best
+        kept = checkpoints_to_keep(
+            [
+                Candidate(r.name, r.number, r.metrics.get(best.metric) if r.fresh else None)
+                if best is not None
+                else Candidate(r.name, r.number)
+                for r in self._known.values()
+            ],
+            self.policy.keep,
+            best.mode if best is not None else None,
+        )
+        # The state file first, so it never lists a deleted checkpoint; then the files.
+        _update_state(self.directory, name, kept)
+        deleted = []
+        for old in [n for n in self._known if n not in kept]:
+            try:
+                for path in tf.io.gfile.glob(os.path.join(self.directory, old) + ".*"):
+                    tf.io.gfile.remove(path)
+            except Exception as exc:
+                log.warning("strata: could not delete checkpoint %s: %r", old, exc)
+                continue
+            del self._known[old]
+            deleted.append(old)
+        self._write_manifest()
+        return CheckpointSaved(
+            name=name,
+            step=step,
+            epoch=self._epochs_done,
+            size_bytes=size,
+            wall_time=wall_time,
+            trigger=trigger,
+            command_id=command_id,
+            metrics=record.metrics,
+            deleted=deleted,
+        )
+
+    def _read_step(self, prefix: str) -> int:
+        """The optimizer's iteration count as written (under PS training goes on meanwhile)."""
+        import tensorflow as tf
+
+        try:
+            reader = tf.train.load_checkpoint(prefix)
+            for key in _ITERATION_KEYS:
+                if reader.has_tensor(key):
+                    return max(0, int(reader.get_tensor(key)))
+        except Exception as exc:
+            log.debug("strata: cannot read the step from %s: %r", prefix, exc)
+        value = tfvalues.to_float(getattr(self._model.optimizer, "iterations", None))
+        return max(0, int(value)) if value is not None else 0
+
+    # --- the dir -----------------------------------------------------------------------------
+
+    def _scan_dir(self) -> None:
+        """Learns the checkpoints already in the dir (a restarted chief numbers on)."""
+        import tensorflow as tf
+
+        tf.io.gfile.makedirs(self.directory)
+        numbers = [r.number for r in self._known.values()]
+        indexed: dict[str, int] = {}
+        for entry in tf.io.gfile.listdir(self.directory):
+            entry = entry.rstrip("/")
+            match = _NUMBERED.match(entry)
+            if match is None:
+                continue
+            numbers.append(int(match.group(1)))
+            if entry == f"ckpt-{match.group(1)}.index":
+                indexed[entry[: -len(".index")]] = int(match.group(1))
+        state = tf.train.get_checkpoint_state(self.directory)
+        if state is not None:
+            for path in state.all_model_checkpoint_paths:
+                match = _NAME.match(os.path.basename(path))
+                if match is not None:
+                    numbers.append(int(match.group(1)))
+        manifest = self._read_manifest()
+        known: dict[str, _Record] = {}
+        for name, number in sorted(indexed.items(), key=lambda item: item[1]):
+            known[name] = self._known.get(name) or _record_from(name, number, manifest.get(name))
+        self._known = known
+        self._next_number = max(self._next_number, max(numbers, default=0) + 1)
+        self._scanned = True
+
+    def _read_manifest(self) -> dict[str, Any]:
+        import tensorflow as tf
+
+        path = os.path.join(self.directory, MANIFEST)
+        try:
+            if not tf.io.gfile.exists(path):
+                return {}
+            with tf.io.gfile.GFile(path, "r") as handle:
+                data = json.loads(handle.read())
+            entries = data.get("checkpoints") if isinstance(data, dict) else None
+            return entries if isinstance(entries, dict) else {}
+        except Exception as exc:
+            log.warning("strata: ignoring an unreadable %s: %r", path, exc)
+            return {}
+
+    def _write_manifest(self) -> None:
+        import tensorflow as tf
+
+        data = {
+            "checkpoints": {
+                r.name: {"step": r.step, "epoch": r.epoch, "metrics": r.metrics, "fresh": r.fresh}
+                for r in self._known.values()
+            }
+        }
+        path = os.path.join(self.directory, MANIFEST)
+        temp = f"{path}.tmp"
+        try:
+            with tf.io.gfile.GFile(temp, "w") as handle:
+                handle.write(json.dumps(data, allow_nan=True))
+            tf.io.gfile.rename(temp, path, overwrite=True)
+        except Exception as exc:
+            log.warning("strata: could not write %s: %r", path, exc)
+
+
+def _record_from(name: str, number: int, entry: object) -> _Record:
+    record = _Record(name=name, number=number)
+    if isinstance(entry, dict):
+        step, epoch, metrics = entry.get("step"), entry.get("epoch"), entry.get("metrics")
+        record.step = step if isinstance(step, int) else None
+        record.epoch = epoch if isinstance(epoch, int) else None
+        if isinstance(metrics, dict):
+            record.metrics = tfvalues.scalars(metrics)
+        record.fresh = entry.get("fresh") is True
+    return record
+
+
+def _update_state(directory: str, latest: str, kept: Sequence[str]) -> None:
+    """Rewrites the dir's ``checkpoint`` file (atomically), with names relative to the dir."""
+    try:
+        from tensorflow.python.checkpoint import checkpoint_management
+
+        update = checkpoint_management.update_checkpoint_state_internal
+    except (ImportError, AttributeError):  # another TF layout: the public, deprecated one
+        import tensorflow as tf
+
+        tf.compat.v1.train.update_checkpoint_state(directory, latest, list(kept))
+        return
+    update(directory, latest, list(kept), save_relative_paths=True)
+
+
+def _local_cpu(strategy: Any) -> str:
+    """This task's CPU as a device name (the coordinator's, under parameter_server)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None) or "chief"
+    task_id = getattr(resolver, "task_id", None) or 0
+    return f"/job:{task_type}/replica:0/task:{task_id}/device:CPU:0"
+
+
+def _task_label() -> str:
+    task = os.environ.get("STRATA_TASK", "").strip()
+    return re.sub(r"[^A-Za-z0-9_]", "_", task) if task else str(os.getpid())
+
+
+# --- the callbacks ---------------------------------------------------------------------------
+
+
+def _make_class() -> type:
+    import tf_keras as keras
+
+    class StrataCheckpoints(keras.callbacks.Callback):  # type: ignore[misc]
+        """Writes, reports and prunes the job's checkpoints (see `agents.runtime.checkpoints`)."""
+
+        def __init__(
+            self,
+            directory: str,
+            policy: CheckpointPolicy | None = None,
+            *,
+            sink: MetricSink | None = None,
+        ) -> None:
+            super().__init__()
+            # Batch hooks get the raw logs and never look at them: under PS they are
+            # RemoteValues, and converting one would wait for its step to run.
+            self._supports_tf_logs = True
+            self.keeper = CheckpointKeeper(directory, policy or CheckpointPolicy(), sink)
+
+        def _guard(self, hook: str, call: Callable[[], None]) -> None:
+            try:
+                call()
+            except Exception as exc:  # checkpoints must never break training
+                log.warning("strata: checkpoints: %s failed: %r", hook, exc)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._guard("on_train_begin", lambda: self.keeper.train_begin(self.model))
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.keeper.epoch_begin(epoch)
+
+        # The hot path: an increment, a flag and a clock compare.
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            keeper = self.keeper
+            keeper.batches += 1
+            if keeper.command_waiting or keeper.clock() >= keeper.due:
+                self._guard("on_train_batch_end", keeper.step_boundary)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self._guard("on_epoch_end", lambda: self.keeper.epoch_end(epoch, logs))
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self._guard("on_train_end", self.keeper.train_end)
+
+    return StrataCheckpoints
+
+
+_class: type | None = None
+_class_lock = threading.Lock()
+
+
+def strata_checkpoints_class() -> type:
+    """The `StrataCheckpoints` class (a tf_keras Callback), built on first use."""
+    global _class
+    with _class_lock:
+        if _class is None:
+            _class = _make_class()
+        return _class
+
+
+def backup_and_restore(directory: str) -> Any:
+    """tf_keras's BackupAndRestore in ``<dir>/backup``: a restarted chief resumes at the epoch
+    after its last backup (saved at each epoch end; supported under every strategy we run)."""
+    import tf_keras as keras
+
+    return keras.callbacks.BackupAndRestore(
+        backup_dir=os.path.join(directory, BACKUP_SUBDIR), save_freq="epoch"
+    )
+
+
+def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | None:
+    """(BackupAndRestore, StrataCheckpoints) for the job's checkpoint dir and policy; None
+    when STRATA_CHECKPOINT_DIR is not set (a script run by hand)."""
+    directory = checkpoint_dir()
+    if directory is None:
+        return None
+    policy = parse_policy(os.environ.get(POLICY_ENV))
+    return backup_and_restore(directory), strata_checkpoints_class()(directory, policy, sink=sink)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StrataCheckpoints":
+        return strata_checkpoints_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

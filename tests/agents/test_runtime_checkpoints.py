@@ -1,0 +1,466 @@
+"""Checkpoints, checkpoint-now, BackupAndRestore and the sidecar evaluator, with real tf_keras.
+
+A tiny model trains under the default strategy on the CPU; the sender is a recording fake
+that implements the whole MetricSink protocol (points, checkpoint reports, command failures
+and the command hook, through which the tests play the server).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agents import runtime
+from agents.protocol import CheckpointSaved, Command
+from agents.runtime import checkpoints as ckpts
+from agents.runtime.callbacks import make_callbacks, strata_metrics_class
+from agents.runtime.checkpoints import (
+    MWM_REFUSAL,
+    NOT_TRAINING,
+    Candidate,
+    CheckpointKeeper,
+    CheckpointPolicy,
+    KeepBest,
+    checkpoints_to_keep,
+    parse_policy,
+    strata_checkpoints_class,
+)
+from agents.runtime.evaluator import NotUnderStrata, run_sidecar_evaluator
+from agents.runtime.sender import NullSender
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+BATCH = 16
+SAMPLES = 64  # 4 steps per epoch
+
+
+class FakeSink:
+    """A MetricSink that records everything; `send()` plays a server command."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.points: list[tuple[str, float, int]] = []
+        self.saved: list[CheckpointSaved] = []
+        self.failed: list[tuple[int, str]] = []
+        self.hooks: list[Any] = []
+
+    def put(self, name: str, value: float, step: int, wall_time: float | None = None) -> None:
+        with self.lock:
+            self.points.append((name, float(value), int(step)))
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        return None
+
+    def on_command(self, hook: Any) -> None:
+        self.hooks.append(hook)
+
+    def report_checkpoint(self, saved: CheckpointSaved) -> None:
+        with self.lock:
+            self.saved.append(saved)
+
+    def report_command_failed(self, command_id: int, reason: str) -> None:
+        with self.lock:
+            self.failed.append((command_id, reason))
+
+    def send(self, command_id: int, action: str = "checkpoint") -> None:
+        command = Command(id=command_id, action=action)  # type: ignore[arg-type]
+        for hook in list(self.hooks):
+            hook(command)
+
+    def series(self, name: str) -> list[tuple[int, float]]:
+        with self.lock:
+            return [(step, value) for n, value, step in self.points if n == name]
+
+
+def data(samples: int = SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(samples, 8)).astype("float32")
+    return features, (features[:, 0] > 0).astype("int32")
+
+
+def build_model() -> Any:
+    import tf_keras as keras
+
+    model = keras.Sequential(
+        [
+            keras.layers.Input(shape=(8,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(2),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def fit(model: Any, callbacks: list[Any], epochs: int, samples: int = SAMPLES) -> None:
+    features, labels = data(samples)
+    model.fit(features, labels, batch_size=BATCH, epochs=epochs, callbacks=callbacks, verbose=0)
+
+
+def saver(directory: Path, sink: FakeSink, **policy: Any) -> Any:
+    return strata_checkpoints_class()(str(directory), CheckpointPolicy(**policy), sink=sink)
+
+
+class Hooks:
+    """Records on_epoch_begin, sleeps per batch, crashes at an epoch, runs `at_batch_one`
+    when the first epoch's second batch begins: what the tests need."""
+
+    def __new__(
+        cls,
+        sleep: float = 0.0,
+        crash_at: int | None = None,
+        at_batch_one: Callable[[], None] | None = None,
+    ) -> Any:
+        import tf_keras as keras
+
+        class _Hooks(keras.callbacks.Callback):  # type: ignore[misc]
+            epochs: list[int] = []
+
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                self.epochs.append(epoch)
+                if epoch == crash_at:
+                    raise Crash(f"crashing at epoch {epoch}")
+
+            def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+                if batch == 1 and self.epochs == [0] and at_batch_one is not None:
+                    at_batch_one()
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                if sleep:
+                    time.sleep(sleep)
+
+        hooks = _Hooks()
+        hooks.epochs = []
+        return hooks
+
+
+class Crash(Exception):
+    pass
+
+
+def files(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+def state(directory: Path) -> list[str]:
+    import tensorflow as tf
+
+    found = tf.train.get_checkpoint_state(str(directory))
+    return [os.path.basename(p) for p in found.all_model_checkpoint_paths] if found else []
+
+
+def size_on_disk(directory: Path, name: str) -> int:
+    return sum(p.stat().st_size for p in directory.glob(f"{name}.*"))
+
+
+# --- the pure parts ---------------------------------------------------------------------------
+
+
+def test_retention_keeps_the_latest_and_the_best() -> None:
+    def c(number: int, score: float | None = None) -> Candidate:
+        return Candidate(f"ckpt-{number}", number, score)
+
+    scores = [c(1, 0.9), c(2, 0.3), c(3, 0.5), c(4, 0.7), c(5, 0.6)]
+    assert checkpoints_to_keep(scores, 2) == ["ckpt-4", "ckpt-5"]
+    assert checkpoints_to_keep(scores, 2, "min") == ["ckpt-2", "ckpt-4", "ckpt-5"]
+    assert checkpoints_to_keep(scores, 2, "max") == ["ckpt-1", "ckpt-4", "ckpt-5"]
+    # The best among the latest adds nothing; order is by number, not by input order.
+    assert checkpoints_to_keep(list(reversed(scores)), 4, "max") == [
+        "ckpt-1",
+        "ckpt-2",
+        "ckpt-3",
+        "ckpt-4",
+        "ckpt-5",
+    ]
+    assert checkpoints_to_keep(scores, None) == [f"ckpt-{n}" for n in range(1, 6)]
+    assert checkpoints_to_keep(scores, 0) == ["ckpt-5"]  # never fewer than one
+    assert checkpoints_to_keep([], 3, "min") == []
+    assert checkpoints_to_keep(scores[:2], 3) == ["ckpt-1", "ckpt-2"]  # fewer than `keep`
+    # Ties: the earliest stays best (only a strict improvement replaces it).
+    ties = [c(1, 0.5), c(2, 0.2), c(3, 0.2), c(4, 0.9), c(5, 0.9)]
+    assert checkpoints_to_keep(ties, 1, "min") == ["ckpt-2", "ckpt-5"]
+    assert checkpoints_to_keep(ties, 1, "max") == ["ckpt-4", "ckpt-5"]
+    # No score (a mid-epoch checkpoint) or NaN: never best.
+    unscored = [c(1), c(2, math.nan), c(3, 2.0), c(4), c(5)]
+    assert checkpoints_to_keep(unscored, 1, "min") == ["ckpt-3", "ckpt-5"]
+    assert checkpoints_to_keep([c(1), c(2)], 1, "max") == ["ckpt-2"]
+
+
+def test_policy_from_the_environment(caplog: pytest.LogCaptureFixture) -> None:
+    raw = json.dumps(
+        {
+            "every_epochs": 2,
+            "every_seconds": 30.5,
+            "keep": 3,
+            "keep_best": {"metric": "val_loss", "mode": "min"},
+        }
+    )
+    assert parse_policy(raw) == CheckpointPolicy(2, 30.5, 3, KeepBest("val_loss", "min"))
+    assert parse_policy('{"every_epochs": null, "keep_best": null}') == CheckpointPolicy(
+        every_epochs=None
+    )
+    assert not parse_policy('{"every_epochs": null}').saves
+    assert parse_policy(None) == CheckpointPolicy(1, None, 5, None)
+    for bad in ("nope", "[]", '{"keep": 0}', '{"every_epochs": 1.5}', '{"keep_best": "loss"}'):
+        with caplog.at_level(logging.WARNING, logger="strata.runtime"):
+            assert parse_policy(bad) == CheckpointPolicy()
+    assert "STRATA_CHECKPOINT_POLICY" in caplog.text
+
+
+def test_make_callbacks_outside_and_inside_strata(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("STRATA_CHECKPOINT_DIR", raising=False)
+    assert make_callbacks(sink=NullSender()) == []
+    monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 3, "keep": 2}')
+    names = [type(c).__name__ for c in make_callbacks(sink=FakeSink())]
+    assert names == ["BackupAndRestore", "StrataMetrics", "StrataCheckpoints"]
+    # Checkpoints are kept even when no metrics go anywhere (a dir set by hand).
+    callbacks = make_callbacks(sink=NullSender())
+    assert [type(c).__name__ for c in callbacks] == ["BackupAndRestore", "StrataCheckpoints"]
+    assert callbacks[0].backup_dir == str(tmp_path / "backup")
+    assert callbacks[1].keeper.policy == CheckpointPolicy(every_epochs=3, keep=2)
+    assert callbacks[1]._supports_tf_logs
+
+
+# --- saving during fit -------------------------------------------------------------------------
+
+
+def test_epoch_saves_are_listed_and_reported(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    sink = FakeSink()
+    model = build_model()
+    fit(model, [saver(tmp_path, sink, every_epochs=1, keep=10)], epochs=3)
+
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-3")
+    assert state(tmp_path) == ["ckpt-1", "ckpt-2", "ckpt-3"]
+    assert [s.name for s in sink.saved] == ["ckpt-1", "ckpt-2", "ckpt-3"]
+    assert [s.trigger for s in sink.saved] == ["epoch"] * 3  # nothing changed after: no "end"
+    assert [s.step for s in sink.saved] == [4, 8, 12]
+    assert [s.epoch for s in sink.saved] == [1, 2, 3]
+    for saved in sink.saved:
+        assert saved.size_bytes == size_on_disk(tmp_path, saved.name) > 0
+        assert set(saved.metrics) == {"loss", "accuracy"}
+        assert saved.command_id is None and saved.deleted == []
+    assert sink.saved[-1].metrics["loss"] == pytest.approx(model.history.history["loss"][-1])
+    # The files hold the model and the optimizer at that step.
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-2"))
+    assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 8
+
+
+def test_every_seconds_saves_at_batch_ends(tmp_path: Path) -> None:
+    sink = FakeSink()
+    callbacks = [Hooks(sleep=0.04), saver(tmp_path, sink, every_epochs=None, every_seconds=0.15)]
+    fit(build_model(), callbacks, epochs=1, samples=16 * BATCH)  # 16 steps, about 0.7 s
+
+    triggers = [s.trigger for s in sink.saved]
+    assert triggers.count("time") >= 2, triggers
+    assert set(triggers) <= {"time", "end"} and "end" not in triggers[:-1]
+    steps = [s.step for s in sink.saved]
+    assert steps == sorted(set(steps))
+    assert all(0 < s.step <= 16 for s in sink.saved if s.trigger == "time")
+    assert steps[-1] == 16  # the last steps are saved at train end, unless a time save was
+    assert all(s.epoch == 0 for s in sink.saved if s.trigger == "time")  # none completed
+
+
+def test_a_command_is_saved_at_the_next_batch_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = FakeSink()
+    callback = saver(tmp_path, sink, every_epochs=None)
+    keeper: CheckpointKeeper = callback.keeper
+    writers: list[str] = []
+    write = CheckpointKeeper._write
+
+    def recording_write(self: CheckpointKeeper, *args: Any) -> Any:
+        writers.append(threading.current_thread().name)
+        return write(self, *args)
+
+    monkeypatch.setattr(CheckpointKeeper, "_write", recording_write)
+    issued: list[int] = []
+
+    def server() -> None:
+        deadline = time.monotonic() + 10
+        while keeper.batches < 4 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        issued.append(keeper.batches)
+        sink.send(7, "stop")  # not ours: ignored
+        sink.send(42)
+
+    thread = threading.Thread(target=server, name="fake-sender")
+    thread.start()
+    fit(build_model(), [Hooks(sleep=0.03), callback], epochs=1, samples=20 * BATCH)
+    thread.join()
+
+    assert len(sink.saved) == 1 and sink.failed == []
+    saved = sink.saved[0]
+    assert (saved.trigger, saved.command_id, saved.name) == ("command", 42, "ckpt-1")
+    assert issued[0] <= saved.step <= issued[0] + 2 < 20  # the next step boundary
+    assert writers == ["MainThread"]  # written by the training thread, not the sender's
+    assert state(tmp_path) == ["ckpt-1"]
+
+    # No fit running: refused rather than written behind the training loop's back.
+    sink.send(43)
+    assert sink.failed == [(43, NOT_TRAINING)]
+    assert len(sink.saved) == 1
+
+
+def test_a_failed_save_answers_the_command_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tensorflow as tf
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.train.Checkpoint, "write", broken)
+    sink = FakeSink()
+    callback = saver(tmp_path, sink, every_epochs=1)
+
+    model = build_model()
+    with caplog.at_level(logging.WARNING, logger="strata.runtime"):
+        fit(model, [Hooks(at_batch_one=lambda: sink.send(9)), callback], epochs=2)
+    assert len(model.history.history["loss"]) == 2
+    assert sink.saved == []
+    assert [(i, "disk full" in reason) for i, reason in sink.failed] == [(9, True)]
+    assert "epoch checkpoint failed" in caplog.text
+
+
+def test_retention_deletes_files_and_reports_them(tmp_path: Path) -> None:
+    sink = FakeSink()
+    callback = saver(tmp_path, sink, every_epochs=1, keep=1, keep_best=KeepBest("loss", "max"))
+    fit(build_model(), [callback], epochs=4)
+
+    losses = [s.metrics["loss"] for s in sink.saved]
+    best = f"ckpt-{losses.index(max(losses)) + 1}"
+    kept = sorted({best, "ckpt-4"})
+    assert state(tmp_path) == kept
+    assert {n.split(".")[0] for n in files(tmp_path) if n.startswith("ckpt-")} == set(kept)
+    deleted = [name for s in sink.saved for name in s.deleted]
+    assert sorted(deleted) == sorted({"ckpt-1", "ckpt-2", "ckpt-3"} - {best})
+    for name in deleted:
+        assert not list(tmp_path.glob(f"{name}.*"))
+
+
+def test_numbering_goes_on_in_a_dir_with_checkpoints(tmp_path: Path) -> None:
+    first = FakeSink()
+    fit(build_model(), [saver(tmp_path, first, keep=3)], epochs=2)
+    assert [s.name for s in first.saved] == ["ckpt-1", "ckpt-2"]
+    assert [s.deleted for s in first.saved] == [[], []]
+    (tmp_path / "ckpt-7.data-00000-of-00001").write_bytes(b"")  # a write cut short
+
+    second = FakeSink()  # a restarted chief: a new process, model and callback
+    fit(build_model(), [saver(tmp_path, second, keep=3)], epochs=2)
+    assert [s.name for s in second.saved] == ["ckpt-8", "ckpt-9"]
+    assert [s.deleted for s in second.saved] == [[], ["ckpt-1"]]
+    assert state(tmp_path) == ["ckpt-2", "ckpt-8", "ckpt-9"]
+    manifest = json.loads((tmp_path / ckpts.MANIFEST).read_text())["checkpoints"]
+    assert sorted(manifest) == ["ckpt-2", "ckpt-8", "ckpt-9"]
+    assert manifest["ckpt-2"]["step"] == 8 and manifest["ckpt-2"]["fresh"] is True
+
+
+def test_multi_worker_mirrored_roles(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    sink = FakeSink()
+    keeper = CheckpointKeeper(str(tmp_path), CheckpointPolicy(every_seconds=0.01), sink)
+    model = build_model()
+    keeper.train_begin(model)
+    with caplog.at_level(logging.WARNING, logger="strata.runtime"):
+        keeper.configure("multi_worker_mirrored", chief=False)
+    assert "every_seconds" in caplog.text
+    assert keeper.due == math.inf  # no time-based saves
+    sink.send(5)
+    assert sink.failed == [(5, MWM_REFUSAL)]
+    # A worker that is not the chief takes part in the save, then deletes what it wrote.
+    keeper.batches += 4
+    keeper.epoch_end(0, {"loss": 1.0})
+    assert sink.saved == []
+    assert not [n for n in files(tmp_path) if n.startswith(("ckpt-", "workertemp"))]
+    keeper.train_end()
+    sink.send(6)
+    assert sink.failed[-1] == (6, NOT_TRAINING)
+
+
+# --- BackupAndRestore -------------------------------------------------------------------------
+
+
+def test_backup_and_restore_resumes_after_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 1, "keep": 10}')
+    first = FakeSink()
+    crashing = Hooks(crash_at=2)
+    with pytest.raises(Crash):
+        fit(build_model(), [*make_callbacks(sink=first), crashing], epochs=4)
+    assert crashing.epochs == [0, 1, 2]
+    assert [s.name for s in first.saved] == ["ckpt-1", "ckpt-2"]
+
+    second = FakeSink()  # the restarted chief
+    model = build_model()
+    resumed = Hooks()
+    fit(model, [*make_callbacks(sink=second), resumed], epochs=4)
+    assert resumed.epochs == [2, 3]  # on_epoch_begin gets the absolute epoch
+    assert int(model.optimizer.iterations.numpy()) == 16  # the step was restored too
+    assert [(s.name, s.step, s.epoch) for s in second.saved] == [
+        ("ckpt-3", 12, 3),
+        ("ckpt-4", 16, 4),
+    ]
+    # StrataMetrics goes on counting: steps from epoch * steps_per_epoch, epochs 1-based.
+    assert second.series("epoch") == [(12, 3.0), (16, 4.0)]
+    assert [step for step, _ in second.series("loss")] == [12, 16]
+    assert not list((tmp_path / "backup").glob("*"))  # a finished fit drops its backup
+
+
+# --- the sidecar evaluator -----------------------------------------------------------------------
+
+
+def test_sidecar_evaluator_reports_each_checkpoint_at_its_step(tmp_path: Path) -> None:
+    trainer = FakeSink()
+    trained = build_model()
+    fit(trained, [saver(tmp_path, trainer)], epochs=2)
+    assert [(s.name, s.step) for s in trainer.saved] == [("ckpt-1", 4), ("ckpt-2", 8)]
+    features, labels = data()
+    expected = trained.evaluate(features, labels, batch_size=BATCH, verbose=0, return_dict=True)
+
+    import tensorflow as tf
+
+    sink = FakeSink()
+    evaluator_model = build_model()  # fresh weights: everything comes from the checkpoint
+    eval_data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH)
+    started = time.monotonic()
+    run_sidecar_evaluator(
+        evaluator_model, eval_data, directory=str(tmp_path), sink=sink, max_evaluations=2
+    )
+    assert time.monotonic() - started < 20
+    assert sink.series("eval/loss") == [(8, pytest.approx(expected["loss"], rel=1e-5))]
+    assert sink.series("eval/accuracy") == [(8, pytest.approx(expected["accuracy"]))]
+
+
+def test_sidecar_evaluator_needs_strata(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRATA_CHECKPOINT_DIR", raising=False)
+    with pytest.raises(NotUnderStrata, match="STRATA_CHECKPOINT_DIR"):
+        runtime.sidecar_evaluator(object(), [])
+    assert issubclass(NotUnderStrata, RuntimeError)
+    assert "sidecar_evaluator" in runtime.__all__
+    assert strata_metrics_class() is strata_metrics_class()
