@@ -1,0 +1,252 @@
+"""Recovery times: kill a part of a running parameter_server job, time until it trains again.
+
+    .venv/bin/python -m bench.recovery [--quick]
+
+A local cluster (`strata up`, two agents, plus a third agent that can be lost) runs the
+digits example under parameter_server (1 chief, 2 workers, 1 ps; restart policy on_failure,
+no backoff). Once the chief reports steady batch progress, one part is killed and the clock
+runs until training is seen going again, read from the job's own stream (metric points carry
+the wall time at which the runtime observed them, on this same machine):
+
+* worker: SIGKILL worker:1. The coordinator carries on with worker:0, and Strata restarts
+  worker:1 alone; resumed = the first `worker:1/closures_done` point above its count at the
+  kill (the chief polls coordinator health about once a second, so ±1 s).
+* ps: SIGKILL ps:0. Strata restarts ps:0 and the chief, which restores its last backup;
+  resumed = the first `batch/*` point of the new chief attempt.
+* chief: SIGKILL chief:0; resumed as for ps.
+* host: SIGKILL the agent on the third host (its tasks die with it). After the heartbeat
+  timeout (4 s here) the host is lost and the job is placed again on the other two;
+  resumed = the first `batch/*` point of the new chief attempt.
+
+The floor for a restarted process is TensorFlow's import time, measured on its own. Results go
+to bench/results/recovery.json (docs/benchmarks.md renders them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.harness import RESULTS, machine_info, spread
+from tests.support.cluster import Cluster, local_cluster, stream_frames, wait_no_processes
+
+PYTHON = sys.executable
+VICTIM = "victim"
+SCENARIOS = ("worker", "ps", "chief", "host")
+
+# Looks through the frames seen so far; the wall time of what it looks for, once it is there.
+Finder = Callable[[list[dict[str, Any]]], float | None]
+
+
+def job_spec(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "strategy": "parameter_server",
+        "entrypoint": ["python", "examples/digits.py", "--epochs", "400"],
+        "replicas": {
+            "chief": {"count": 1},
+            "worker": {"count": 2, "gpus": 1},
+            "ps": {"count": 1},
+        },
+        "checkpoint": {"every_epochs": 2},
+        "restart": {"policy": "on_failure", "max_restarts": 5, "backoff_seconds": 0},
+    }
+
+
+def tensorflow_import_seconds(repeats: int) -> dict[str, float]:
+    """The floor: a fresh process importing TensorFlow, nothing else."""
+    times = []
+    for _ in range(repeats):
+        began = time.monotonic()
+        subprocess.run(
+            [PYTHON, "-c", "import tensorflow"],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
+        times.append(time.monotonic() - began)
+    return spread(times)
+
+
+class Watch:
+    """The job's stream in a thread, from history on; `until(predicate)` waits on it."""
+
+    def __init__(self, cluster: Cluster, job_id: int) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(cluster, job_id), daemon=True, name="bench-stream"
+        )
+        self._thread.start()
+
+    def _run(self, cluster: Cluster, job_id: int) -> None:
+        def keep(frame: dict[str, Any]) -> bool:
+            with self._changed:
+                self.frames.append(frame)
+                self._changed.notify_all()
+            return self._done.is_set()
+
+        # It ends when the job is cancelled or the cluster stops: either way, done watching.
+        with contextlib.suppress(Exception):
+            stream_frames(cluster, job_id, stop=keep, timeout=900)
+
+    def until(
+        self, predicate: Callable[[list[dict[str, Any]]], float | None], timeout: float
+    ) -> float:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while (found := predicate(self.frames)) is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the job did not get there in time")
+                self._changed.wait(min(remaining, 1.0))
+        return found
+
+    def close(self) -> None:
+        self._done.set()
+
+
+def points(frames: list[dict[str, Any]], task: str) -> list[tuple[int, dict[str, Any]]]:
+    """(attempt, {name, step, value, wall_time}) for every metric point of a task so far."""
+    found = []
+    for frame in frames:
+        if frame["type"] != "metrics" or frame["task"] != task:
+            continue
+        for name, (steps, values, wall_times) in frame["series"].items():
+            for step, value, wall_time in zip(steps, values, wall_times, strict=True):
+                point = {"name": name, "step": step, "value": value, "wall_time": wall_time}
+                found.append((frame["attempt"], point))
+    return found
+
+
+def first_batch_point(
+    attempt_at_least: int, after: float
+) -> Callable[[list[dict[str, Any]]], float | None]:
+    def find(frames: list[dict[str, Any]]) -> float | None:
+        for attempt, point in points(frames, "chief:0"):
+            if (
+                attempt >= attempt_at_least
+                and point["name"].startswith("batch/")
+                and point["wall_time"] > after
+            ):
+                return float(point["wall_time"])
+        return None
+
+    return find
+
+
+def worker_back(killed_at: float) -> Finder:
+    def find(frames: list[dict[str, Any]]) -> float | None:
+        done = [p for _, p in points(frames, "chief:0") if p["name"] == "worker:1/closures_done"]
+        before = max((p["value"] for p in done if p["wall_time"] <= killed_at), default=0.0)
+        after = [p for p in done if p["wall_time"] > killed_at + 0.5 and p["value"] > before]
+        return float(after[0]["wall_time"]) if after else None
+
+    return find
+
+
+def task_pid(cluster: Cluster, job_id: int, name: str) -> int:
+    task = next(t for t in cluster.job(job_id)["tasks"] if t["name"] == name)
+    return int(task["pid"])
+
+
+def run_once(cluster: Cluster, scenario: str, run: int) -> dict[str, Any]:
+    victim: subprocess.Popen[bytes] | None = None
+    if scenario == "host":
+        victim = cluster.start_agent(
+            f"{VICTIM}-{run}", gpus=4, ports=f"{48000 + 100 * run}-{48099 + 100 * run}"
+        )
+        cluster.wait_host(f"{VICTIM}-{run}", "online")
+    job = cluster.submit(job_spec(f"recovery-{scenario}-{run}"))
+    job_id = job["id"]
+    watch = Watch(cluster, job_id)
+    try:
+        # Steady training: a few batch points from the first chief attempt.
+        watch.until(
+            lambda frames: (
+                1.0
+                if sum(1 for a, p in points(frames, "chief:0") if p["name"].startswith("batch/"))
+                >= 5
+                else None
+            ),
+            timeout=300,
+        )
+        placed = cluster.job(job_id)
+        killed_at = time.time()
+        if scenario == "worker":
+            os.kill(task_pid(cluster, job_id, "worker:1"), signal.SIGKILL)
+            resumed = watch.until(worker_back(killed_at), timeout=180)
+        elif scenario in ("ps", "chief"):
+            name = "ps:0" if scenario == "ps" else "chief:0"
+            os.kill(task_pid(cluster, job_id, name), signal.SIGKILL)
+            resumed = watch.until(first_batch_point(1, killed_at), timeout=180)
+        else:
+            assert victim is not None
+            hosts = {t["host"] for t in placed["tasks"]}
+            assert f"{VICTIM}-{run}" in hosts, f"nothing of the job on the victim: {hosts}"
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            resumed = watch.until(first_batch_point(1, killed_at), timeout=240)
+        seconds = resumed - killed_at
+        after = cluster.job(job_id)
+        result = {
+            "scenario": scenario,
+            "seconds": round(seconds, 2),
+            "restart_count": after["restart_count"],
+            "attempts": {t["name"]: t["attempt"] for t in after["tasks"]},
+        }
+        print(f"  {scenario} run {run}: training resumed {seconds:.2f}s after the kill", flush=True)
+        return result
+    finally:
+        watch.close()
+        cluster.http.post(f"/jobs/{job_id}/cancel")
+        wait_no_processes(job_id, timeout=60)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run per scenario")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=SCENARIOS, action="append")
+    args = parser.parse_args(argv)
+    runs = 1 if args.quick else args.runs
+    scenarios = args.only or list(SCENARIOS)
+
+    floor = tensorflow_import_seconds(3)
+    print(f"TensorFlow import: median {floor['median']:.2f}s", flush=True)
+    results: dict[str, Any] = {"machine": machine_info(), "tensorflow_import_seconds": floor}
+    measured: dict[str, list[dict[str, Any]]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="strata-recovery-") as tmp,
+        local_cluster(Path(tmp) / "data") as cluster,
+    ):
+        for scenario in scenarios:
+            measured[scenario] = [run_once(cluster, scenario, run) for run in range(runs)]
+    results["scenarios"] = {
+        name: {"runs": found, "seconds": spread([r["seconds"] for r in found])}
+        for name, found in measured.items()
+    }
+    results["runs_per_scenario"] = runs
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "recovery.json").write_text(json.dumps(results, indent=2) + "\n")
+    for name, summary in results["scenarios"].items():
+        s = summary["seconds"]
+        print(f"{name}: median {s['median']:.2f}s [{s['min']:.2f} to {s['max']:.2f}]")
+    print(f"worker target (TF import + 1 s): {floor['median'] + 1:.2f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
