@@ -18,8 +18,11 @@ the wall time at which the runtime observed them, on this same machine):
   timeout (4 s here) the host is lost and the job is placed again on the other two;
   resumed = the first `batch/*` point of the new chief attempt.
 
-The floor for a restarted process is TensorFlow's import time, measured on its own. Results go
-to bench/results/recovery.json (docs/benchmarks.md renders them).
+The floor for a restarted process is TensorFlow's import time, measured on its own. Beside
+these, checkpoint now: `POST /jobs/{id}/checkpoint` on the running job, several times, and the
+seconds from request to the runtime's report that the checkpoint is written (the answer's
+`seconds`, and the request's own round trip). Results go to bench/results/recovery.json
+(docs/benchmarks.md renders them).
 """
 
 from __future__ import annotations
@@ -157,6 +160,41 @@ def worker_back(killed_at: float) -> Finder:
     return find
 
 
+def checkpoint_now(cluster: Cluster, requests: int) -> dict[str, Any]:
+    """Checkpoint-now on a running job, `requests` times, a second apart."""
+    job = cluster.submit(job_spec("checkpoint-now"))
+    job_id = job["id"]
+    watch = Watch(cluster, job_id)
+    try:
+        watch.until(
+            lambda frames: (
+                1.0
+                if any(p["name"].startswith("batch/") for _, p in points(frames, "chief:0"))
+                else None
+            ),
+            timeout=300,
+        )
+        written, round_trips = [], []
+        for _ in range(requests):
+            began = time.monotonic()
+            answer = cluster.http.post(f"/jobs/{job_id}/checkpoint", timeout=60)
+            round_trips.append(time.monotonic() - began)
+            answer.raise_for_status()
+            written.append(answer.json()["seconds"])
+            time.sleep(1.0)
+        print(f"  checkpoint now: written after {[round(w, 2) for w in written]} s", flush=True)
+        return {
+            "requests": requests,
+            "written_seconds": written,
+            "seconds": spread(written),
+            "round_trip_seconds": spread(round_trips),
+        }
+    finally:
+        watch.close()
+        cluster.http.post(f"/jobs/{job_id}/cancel")
+        wait_no_processes(job_id, timeout=60)
+
+
 def task_pid(cluster: Cluster, job_id: int, name: str) -> int:
     task = next(t for t in cluster.job(job_id)["tasks"] if t["name"] == name)
     return int(task["pid"])
@@ -232,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="strata-recovery-") as tmp,
         local_cluster(Path(tmp) / "data") as cluster,
     ):
+        results["checkpoint_now"] = checkpoint_now(cluster, 3 if args.quick else 8)
         for scenario in scenarios:
             measured[scenario] = [run_once(cluster, scenario, run) for run in range(runs)]
     results["scenarios"] = {
