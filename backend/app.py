@@ -23,6 +23,7 @@ from backend.api import (
     task_channel,
     tasks,
 )
+from backend.api.ui import mount_dashboard
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import create_engine, session_factory
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         streams.router,
     ):
         app.include_router(router)
+    mount_dashboard(app, settings.dashboard_dir)
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(RedactTokens())
     return app

@@ -9,6 +9,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path.home() / ".strata"
+# The dashboard as `make ui` builds it in a checkout (npm run build in frontend/).
+CHECKOUT_UI_DIR = Path(__file__).resolve().parents[1] / "frontend" / "dist"
 
 
 class Settings(BaseSettings):
@@ -37,6 +39,11 @@ class Settings(BaseSettings):
     log_bytes_per_task: int = Field(default=64 << 20, gt=0, description="Cap per task attempt.")
     max_request_bytes: int = Field(default=1 << 20, gt=0)
     log_level: str = "info"
+    ui_dir: Path | None = Field(
+        default=None,
+        description="The built dashboard (index.html and assets), served at /ui/; "
+        "frontend/dist of this checkout when unset.",
+    )
 
     @field_validator("data_dir")
     @classmethod
@@ -46,6 +53,10 @@ class Settings(BaseSettings):
     @property
     def checkpoints(self) -> Path:
         return (self.checkpoint_root or self.data_dir / "checkpoints").expanduser().resolve()
+
+    @property
+    def dashboard_dir(self) -> Path:
+        return (self.ui_dir or CHECKOUT_UI_DIR).expanduser().resolve()
 
     @cached_property
     def resolved_database_url(self) -> str:

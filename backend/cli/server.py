@@ -120,6 +120,7 @@ def up(
     )
     url = local.url
     console.print(f"[bold]Strata[/bold] on {url}  (data: {data_dir})")
+    console.print(f"  Dashboard:   {url}/ui/?token={api_token.get_secret_value()}")
     console.print(f"  API docs:    {url}/docs")
     console.print(f"  export STRATA_SERVER={url}")
     console.print(f"  export STRATA_TOKEN={api_token.get_secret_value()}")
