@@ -24,15 +24,17 @@ from agents import runtime
 from agents.protocol import CheckpointSaved, Command
 from agents.runtime import checkpoints as ckpts
 from agents.runtime.callbacks import make_callbacks, strata_metrics_class
-from agents.runtime.checkpoints import (
-    MWM_REFUSAL,
-    NOT_TRAINING,
+from agents.runtime.checkpoint_policy import (
     Candidate,
-    CheckpointKeeper,
     CheckpointPolicy,
     KeepBest,
     checkpoints_to_keep,
     parse_policy,
+)
+from agents.runtime.checkpoints import (
+    MWM_REFUSAL,
+    NOT_TRAINING,
+    CheckpointKeeper,
     strata_checkpoints_class,
 )
 from agents.runtime.evaluator import NotUnderStrata, run_sidecar_evaluator
