@@ -76,7 +76,7 @@ class Plan:
     extra_pairs: int  # run to make up for pairs disturbed by other load
 
 
-FULL = Plan(pairs=4, epochs=60, steps_per_epoch=20, batch=64, workers=2, extra_pairs=2)
+FULL = Plan(pairs=8, epochs=60, steps_per_epoch=20, batch=64, workers=2, extra_pairs=2)
 QUICK = Plan(pairs=2, epochs=30, steps_per_epoch=20, batch=64, workers=2, extra_pairs=0)
 
 
@@ -152,15 +152,16 @@ class _Window:
 
     at: float
     machine: float
-    ours: float
+    ours: dict[str, float]  # CPU seconds so far, per group of our processes
 
 
-def _window(pids: list[int]) -> _Window:
-    return _Window(time.monotonic(), machine_busy_seconds(), sum(cpu_seconds(p) for p in pids))
+def _window(pids: dict[str, list[int]]) -> _Window:
+    ours = {group: sum(cpu_seconds(p) for p in members) for group, members in pids.items()}
+    return _Window(time.monotonic(), machine_busy_seconds(), ours)
 
 
 def _read_epochs(
-    stdout: IO[bytes], pids: list[int], on_first_epoch: Callable[[], None]
+    stdout: IO[bytes], pids: dict[str, list[int]], on_first_epoch: Callable[[], None]
 ) -> tuple[list[tuple[int, _Window]], list[str]]:
     """The chief's epoch lines with when they arrived, and all of its output."""
     epochs: list[tuple[int, _Window]] = []
@@ -180,7 +181,7 @@ def run_chief(
     env: dict[str, str],
     plan: Plan,
     logs: Path,
-    others: list[subprocess.Popen[bytes]],
+    others: dict[str, list[int]],
     name: str,
     profile: Path | None,
 ) -> dict[str, Any]:
@@ -205,8 +206,7 @@ def run_chief(
 
     try:
         assert chief.stdout is not None
-        pids = [chief.pid, *(p.pid for p in others)]
-        epochs, lines = _read_epochs(chief.stdout, pids, start_profile)
+        epochs, lines = _read_epochs(chief.stdout, {"chief": [chief.pid], **others}, start_profile)
         code = chief.wait(timeout=120)
     finally:
         _terminate([chief])
@@ -218,12 +218,16 @@ def run_chief(
         raise RuntimeError(f"chief exited {code} after {len(epochs)} epochs:\n{tail}")
     (first, start), (last, end) = epochs[0], epochs[-1]
     seconds = end.at - start.at
-    ours = (end.ours - start.ours) / seconds
+    cores = {
+        group: round((end.ours[group] - used) / seconds, 3) for group, used in start.ours.items()
+    }
+    ours = sum(cores.values())
     return {
         "epochs_timed": last - first,
         "seconds": round(seconds, 2),
         "steps_per_s": round((last - first) * plan.steps_per_epoch / seconds, 2),
         "our_cores": round(ours, 2),
+        "cores_by_process": cores,
         "others_cores": round((end.machine - start.machine) / seconds - ours, 2),
         "metrics_off_warning": any("metrics off" in line for line in lines),
     }
@@ -246,7 +250,11 @@ def run_variant(
                 "STRATA_JOB_ID": str(job_id),
             }
         servers = stack.enter_context(task_servers(cluster, env, logs))
-        result = run_chief(cluster, env, plan, logs, [*servers, server.process], name, profile)
+        groups = {
+            "tf_servers": [p.pid for p in servers],  # the workers and the ps
+            "strata_server": [server.process.pid],
+        }
+        result = run_chief(cluster, env, plan, logs, groups, name, profile)
         if job_id is not None:
             # The chief flushed its points before exiting: they must all be on the server.
             result["points_stored"] = server.stored_points(job_id)
@@ -282,7 +290,11 @@ def run_pair(
     profile_dir: Path | None,
 ) -> dict[str, Any]:
     pair: dict[str, Any] = {}
-    for variant, streaming in (("a", True), ("b", False)):
+    # A first in odd pairs, B first in even ones: whatever drifts within a pair (the
+    # server's database, caches, other tenants) does not always favour the same side.
+    order = (("a", True), ("b", False)) if number % 2 else (("b", False), ("a", True))
+    pair["order"] = "".join(variant.upper() for variant, _ in order)
+    for variant, streaming in order:
         background = conditions.wait_quiet()
         profile = None
         if profile_dir is not None:

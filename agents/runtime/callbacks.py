@@ -4,7 +4,9 @@ What it reports (step = the global training step, counted locally, see below):
 
 * at each epoch end, the authoritative values: every scalar in the epoch-end logs (``loss``,
   ``accuracy``, ``val_loss``, ...), ``epoch`` (epochs completed, 1-based), ``lr`` (the
-  optimizer's learning rate; a schedule is evaluated at the step), ``steps_per_sec`` and,
+  optimizer's learning rate; a schedule is evaluated at the step; under
+  ParameterServerStrategy it is read on the resolver thread, since the optimizer's variables
+  live on the parameter servers), ``steps_per_sec`` and,
   when the global batch size is known, ``examples_per_sec`` (averaged over the epoch's
   training, validation excluded);
 * during an epoch, at most every `batch_interval` seconds: ``batch/<name>`` for each scalar
@@ -59,6 +61,7 @@ THROUGHPUT_INTERVAL = 2.0  # seconds between in-epoch throughput points
 PS_SAMPLE_SECONDS = 1.0
 PS_FIRST_EPOCH_SAMPLES = 4
 PENDING_LIMIT = 256
+STOP_WAIT = 2.0  # seconds train_end gives the resolver for its last reads (under PS)
 
 
 class _BatchResolver:
@@ -84,6 +87,9 @@ class _BatchResolver:
         self._batch_size = batch_size
         self._lock = threading.Lock()
         self._pending: deque[tuple[int, int, object, float]] = deque(maxlen=PENDING_LIMIT)
+        # Reads handed over by the training thread (the learning rate under PS): kept across
+        # epoch boundaries, done before pending batch logs, and drained when stopping.
+        self._calls: deque[Callable[[], None]] = deque(maxlen=PENDING_LIMIT)
         self._generation = 0
         self._window: tuple[int, float] | None = None  # (step, monotonic time) of last rate
         self._window_end: int | None = None  # the epoch's last step: its rate is epoch_end's
@@ -102,10 +108,14 @@ class _BatchResolver:
             )
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Stops the thread; with `wait`, gives it that long to finish the handed-over reads."""
         self.new_window(None)
         self._stop.set()
         self._wake.set()
+        thread = self._thread
+        if wait > 0 and thread is not None and thread is not threading.current_thread():
+            thread.join(wait)
 
     def new_window(self, start: tuple[int, float] | None, end: int | None = None) -> None:
         """Drops pending batch logs and starts a throughput window (epoch boundaries)."""
@@ -120,19 +130,40 @@ class _BatchResolver:
             self._pending.append((self._generation, step, logs, when))
         self._wake.set()
 
+    def call_soon(self, call: Callable[[], None]) -> None:
+        """Runs `call` on this thread (before any pending batch logs); never blocks."""
+        with self._lock:
+            self._calls.append(call)
+        self._wake.set()
+
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             with self._lock:
-                item = self._pending.popleft() if self._pending else None
-                if item is None:
+                call = self._calls.popleft() if self._calls else None
+                item = self._pending.popleft() if call is None and self._pending else None
+                if call is None and item is None:
                     self._wake.clear()
-            if item is None:
+            if call is not None:
+                self._call(call)
+            elif item is not None:
+                try:
+                    self._handle(item, stop)
+                except Exception as exc:
+                    log.debug("strata: batch logs could not be reported: %r", exc)
+            else:
                 self._wake.wait(1.0)
-                continue
-            try:
-                self._handle(item, stop)
-            except Exception as exc:
-                log.debug("strata: batch logs could not be reported: %r", exc)
+        while True:  # stopped: the handed-over reads still count (the last epoch's rate)
+            with self._lock:
+                if not self._calls:
+                    return
+                call = self._calls.popleft()
+            self._call(call)
+
+    def _call(self, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception as exc:
+            log.debug("strata: a deferred report failed: %r", exc)
 
     def _handle(self, item: tuple[int, int, object, float], stop: threading.Event) -> None:
         generation, step, logs, offered = item
@@ -279,14 +310,14 @@ class MetricsTracker:
         for name, value in numbers.items():
             sink.put(sanitize_name(name), value, step, wall)
         sink.put("epoch", float(epoch + 1), step, wall)
-        rate = None
         if "lr" not in numbers:  # LearningRateScheduler and ReduceLROnPlateau log it already
-            try:
-                rate = lr(step)
-            except Exception as exc:
-                log.debug("strata: cannot read the learning rate: %r", exc)
-        if rate is not None:
-            sink.put("lr", rate, step, wall)
+            if self._remote:
+                # Under PS the optimizer's variables live on the parameter servers: reading
+                # the rate is a round trip, which the training thread would wait for at every
+                # epoch end. The resolver thread reads it instead, for the same step.
+                self._resolver.call_soon(lambda: _report_rate(sink, lr, step, wall))
+            else:
+                _report_rate(sink, lr, step, wall)
         if self._epoch_start is not None:
             first, started = self._epoch_start
             elapsed = done_at - started
@@ -317,10 +348,23 @@ class MetricsTracker:
 
     def train_end(self) -> None:
         self._in_fit = False
-        self._resolver.stop()
+        # Training is over: a moment for the last epoch's deferred learning-rate read.
+        self._resolver.stop(wait=STOP_WAIT if self._remote else 0.0)
         if self._health is not None:
             self._health.stop(final_poll=True)
             self._health = None
+
+
+def _report_rate(
+    sink: MetricSink, lr: Callable[[int], float | None], step: int, wall: float
+) -> None:
+    try:
+        rate = lr(step)
+    except Exception as exc:
+        log.debug("strata: cannot read the learning rate: %r", exc)
+        return
+    if rate is not None:
+        sink.put("lr", rate, step, wall)
 
 
 def learning_rate(model: Any, step: int) -> float | None:

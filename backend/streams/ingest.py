@@ -1,9 +1,25 @@
-"""Metric ingest: many tasks' batches, one writer, one bulk insert per write.
+"""Metric ingest: many tasks' batches, bulk inserts, acknowledged only once committed.
 
 A task's batch is acknowledged only after the insert that holds it has committed, so a
-task that forgets acknowledged points loses nothing. Per task attempt the writer keeps the
+task that forgets acknowledged points loses nothing. Per task attempt the ingestor keeps the
 highest sequence number stored; points at or below it are resends and are skipped, and the
 unique key (job, task, attempt, seq) backs that up should two writes ever race.
+
+Writers: SQLite has one (it allows one writer at a time anyway, and its driver runs on the
+server's own GIL). PostgreSQL gets `POSTGRES_WRITERS` connections, so that the server
+validates and encodes the next batches while PostgreSQL inserts and commits the previous
+ones, instead of the two taking turns. Whatever the number of writers, each task attempt has
+at most one write in flight: a writer takes batches in arrival order, skipping (with all
+that came after it) any attempt another writer is storing, so the points of one attempt are
+stored, and acknowledged, in the order they arrived. Each write updates the high-water marks
+of exactly the attempts it stored, after its commit.
+
+On PostgreSQL a write is one `INSERT ... SELECT FROM unnest(column arrays)` per task
+attempt, without ON CONFLICT: the high-water mark already drops every point that could
+conflict, and a plain insert costs PostgreSQL about a quarter less per row (see
+`python -m bench.pg_insert_paths`). Should a duplicate slip through anyway (another server
+process on the same database), the transaction fails on the unique key and is retried once
+with ON CONFLICT DO NOTHING.
 """
 
 from __future__ import annotations
@@ -11,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections import defaultdict
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from agents.protocol import MetricPoint as WirePoint
 from backend.streams.broker import Broker, job_topic
@@ -27,6 +44,7 @@ log = logging.getLogger(__name__)
 
 AttemptKey = tuple[int, str, int]  # (job_id, task, attempt)
 MAX_ROWS_PER_WRITE = 50_000
+POSTGRES_WRITERS = 2
 
 
 @dataclass
@@ -39,12 +57,21 @@ class _Pending:
 
 
 class Ingestor:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], broker: Broker) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        broker: Broker,
+        writers: int | None = None,
+    ) -> None:
         self._sessions = sessions
         self._broker = broker
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._writers = writers
+        self._pending: deque[_Pending] = deque()
+        self._wake = asyncio.Event()
+        self._in_flight: set[AttemptKey] = set()  # attempts a writer is storing right now
         self._stored: dict[AttemptKey, int] = {}
         self.points_written = 0
+        self.conflicts = 0  # writes retried with ON CONFLICT (a duplicate reached the database)
 
     async def stored_through(self, key: AttemptKey) -> int:
         """The highest sequence number stored for an attempt (-1 when none)."""
@@ -64,85 +91,167 @@ class Ingestor:
         """Store a batch; returns the highest sequence number now stored for the attempt."""
         await self.stored_through(key)
         pending = _Pending(key, points)
-        self._queue.put_nowait(pending)
+        self._pending.append(pending)
+        self._wake.set()
         return await pending.done
 
     async def run(self) -> None:
+        writers = self._writers or self._default_writers()
+        async with asyncio.TaskGroup() as group:
+            for index in range(writers):
+                group.create_task(self._writer(), name=f"ingest-writer-{index}")
+
+    def _default_writers(self) -> int:
+        bind = self._sessions.kw.get("bind")
+        dialect = getattr(getattr(bind, "dialect", None), "name", None)
+        return POSTGRES_WRITERS if dialect == "postgresql" else 1
+
+    async def _writer(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            rows = len(batch[0].points)
-            while rows < MAX_ROWS_PER_WRITE and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-                rows += len(batch[-1].points)
+            batch = self._take()
+            if not batch:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            keys = {pending.key for pending in batch}
+            self._in_flight |= keys
             try:
                 await self._write(batch)
             except Exception as exc:
-                log.exception("metric write of %d rows failed", rows)
+                log.exception("metric write of %d batches failed", len(batch))
                 for pending in batch:
                     if not pending.done.done():
                         pending.done.set_exception(exc)
+            finally:
+                self._in_flight -= keys
+                if self._pending:
+                    self._wake.set()  # batches held back for these attempts may go now
+
+    def _take(self) -> list[_Pending]:
+        """The next write: batches in arrival order, none of an attempt already in flight.
+
+        Once a batch is held back, every later batch of its attempt is too, so that one
+        attempt's batches are stored in the order they came.
+        """
+        batch: list[_Pending] = []
+        held: list[_Pending] = []
+        blocked = self._in_flight
+        rows = 0
+        while self._pending and rows < MAX_ROWS_PER_WRITE:
+            pending = self._pending.popleft()
+            if pending.key in blocked:
+                held.append(pending)
+                continue
+            batch.append(pending)
+            rows += len(pending.points)
+        if held:
+            self._pending.extendleft(reversed(held))
+        return batch
 
     async def _write(self, batch: list[_Pending]) -> None:
-        rows: list[tuple[Any, ...]] = []
-        fresh: dict[AttemptKey, list[WirePoint]] = defaultdict(list)
         # Only the attempts in this write: the map of all attempts ever seen is not copied.
         highest = {pending.key: self._stored.get(pending.key, -1) for pending in batch}
+        fresh: dict[AttemptKey, list[WirePoint]] = {}
         for pending in batch:
-            job_id, task, attempt = pending.key
+            high = highest[pending.key]
+            points = fresh.setdefault(pending.key, [])
             for point in pending.points:
-                if point.seq <= highest[pending.key]:
-                    continue
-                highest[pending.key] = point.seq
-                fresh[pending.key].append(point)
-                value = None if math.isnan(point.value) else point.value
-                rows.append(
-                    (
-                        job_id,
-                        task,
-                        attempt,
-                        point.seq,
-                        point.name,
-                        point.step,
-                        value,
-                        point.wall_time,
-                    )
-                )
+                if point.seq > high:
+                    high = point.seq
+                    points.append(point)
+            highest[pending.key] = high
+        rows = sum(len(points) for points in fresh.values())
         if rows:
             async with self._sessions() as session:
                 connection = await session.connection()
-                # Straight to the driver: SQLAlchemy's per-row parameter handling cost more
-                # than the database itself at tens of thousands of rows a second.
                 if connection.dialect.name == "postgresql":
-                    # One statement, one round trip: the batch as one array per column.
-                    columns = [list(column) for column in zip(*rows, strict=True)]
-                    await connection.exec_driver_sql(_POSTGRES_UNNEST, tuple(columns))
+                    try:
+                        await _insert_postgres(connection, fresh, on_conflict=False)
+                        await session.commit()
+                    except IntegrityError:
+                        await session.rollback()
+                        self.conflicts += 1
+                        log.warning("metric points were already stored; retrying the write")
+                        connection = await session.connection()
+                        await _insert_postgres(connection, fresh, on_conflict=True)
+                        await session.commit()
                 else:
-                    await connection.exec_driver_sql(
-                        _insert_sql(connection.dialect.paramstyle), rows
-                    )
-                await session.commit()
+                    await _insert_rows(connection, fresh)
+                    await session.commit()
         self._stored.update(highest)
-        self.points_written += len(rows)
+        self.points_written += rows
         for pending in batch:
             if not pending.done.done():
-                pending.done.set_result(self._stored.get(pending.key, -1))
+                pending.done.set_result(highest[pending.key])
         for key, points in fresh.items():
-            self._broker.publish(job_topic(key[0]), metrics_frame(key, points))
+            topic = job_topic(key[0])
+            if points and self._broker.subscribers(topic):
+                self._broker.publish(topic, metrics_frame(key, points))
 
 
 _COLUMNS = ("job_id", "task", "attempt", "seq", "name", "step", "value", "wall_time")
 
 
+# Per task attempt: the attempt's three columns as constants, its points as one array per
+# column. Straight to the driver: SQLAlchemy's parameter handling would cost more than the
+# database itself at tens of thousands of rows a second.
 _POSTGRES_UNNEST = (
-    f"INSERT INTO metric_points ({', '.join(_COLUMNS)}) "  # noqa: S608 - constants only
-    "SELECT * FROM unnest($1::integer[], $2::varchar[], $3::integer[], $4::bigint[], "
-    "$5::varchar[], $6::bigint[], $7::double precision[], $8::double precision[]) "
-    "ON CONFLICT (job_id, task, attempt, seq) DO NOTHING"
+    f"INSERT INTO {MetricPoint.__tablename__} ({', '.join(_COLUMNS)}) "  # noqa: S608
+    "SELECT $1::integer, $2::varchar, $3::integer, u.* FROM unnest($4::bigint[], "
+    "$5::varchar[], $6::bigint[], $7::double precision[], $8::double precision[]) AS u"
 )
+_ON_CONFLICT = " ON CONFLICT (job_id, task, attempt, seq) DO NOTHING"
+
+
+async def _insert_postgres(
+    connection: AsyncConnection,
+    fresh: dict[AttemptKey, list[WirePoint]],
+    *,
+    on_conflict: bool,
+) -> None:
+    sql = _POSTGRES_UNNEST + _ON_CONFLICT if on_conflict else _POSTGRES_UNNEST
+    for (job_id, task, attempt), points in fresh.items():
+        if not points:
+            continue
+        values = [point.value for point in points]
+        await connection.exec_driver_sql(
+            sql,
+            (
+                job_id,
+                task,
+                attempt,
+                [point.seq for point in points],
+                [point.name for point in points],
+                [point.step for point in points],
+                # NULL stands for NaN (as on SQLite, which cannot store NaN).
+                [value if value == value else None for value in values],
+                [point.wall_time for point in points],
+            ),
+        )
+
+
+async def _insert_rows(
+    connection: AsyncConnection, fresh: dict[AttemptKey, list[WirePoint]]
+) -> None:
+    rows = [
+        (
+            job_id,
+            task,
+            attempt,
+            point.seq,
+            point.name,
+            point.step,
+            None if math.isnan(point.value) else point.value,
+            point.wall_time,
+        )
+        for (job_id, task, attempt), points in fresh.items()
+        for point in points
+    ]
+    await connection.exec_driver_sql(_insert_sql(connection.dialect.paramstyle), rows)
 
 
 def _insert_sql(paramstyle: str) -> str:
-    """One INSERT for every backend we support; resends are dropped by the unique key.
+    """One INSERT per row, for SQLite; resends are dropped by the unique key.
 
     Built from constants only (table, columns, placeholders); values travel as parameters.
     """

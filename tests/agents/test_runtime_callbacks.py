@@ -330,6 +330,33 @@ def test_unresolved_remote_values_of_a_finished_epoch_are_dropped(recorder: Reco
     assert "lr" not in recorder.names()
 
 
+def test_under_ps_the_learning_rate_is_read_off_the_training_thread(recorder: Recorder) -> None:
+    """Under PS the rate is a variable on a parameter server: a round trip to read."""
+    tracker = MetricsTracker(sink=recorder, batch_interval=0.0, watch_coordinator=False)
+    tracker.train_begin({"steps": 4}, coordinator=object())
+    readers: list[tuple[str, int]] = []
+
+    def slow_rate(step: int) -> float:
+        readers.append((threading.current_thread().name, step))
+        time.sleep(0.1)
+        return 0.01 * step
+
+    waited = 0.0
+    for epoch in range(3):
+        tracker.epoch_begin(epoch)
+        for batch in range(4):
+            tracker.batch_begin(batch)
+            tracker.batch_end(batch, None)
+        started = time.perf_counter()
+        tracker.epoch_end(epoch, {"loss": 0.5}, slow_rate)
+        waited = max(waited, time.perf_counter() - started)
+    assert waited < 0.05  # the epoch end never waits for the read
+    tracker.train_end()  # gives the resolver a moment: the last epoch's rate is there too
+    assert readers == [("strata-batch-metrics", step) for step in (4, 8, 12)]
+    assert recorder.series("lr") == [(4, 0.04), (8, 0.08), (12, pytest.approx(0.12))]
+    assert recorder.series("loss") == [(4, 0.5), (8, 0.5), (12, 0.5)]
+
+
 def test_ps_batch_sampling_stride(recorder: Recorder) -> None:
     """Holding a step's RemoteValue makes TF copy its outputs back, so few are held."""
     tracker = MetricsTracker(sink=recorder, batch_interval=0.0, watch_coordinator=False)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import insert, select
 from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
@@ -24,7 +27,12 @@ from agents.protocol import (
     runtime_server_message,
 )
 from backend.app import create_app
-from tests.conftest import ADMIN_TOKEN, make_settings
+from backend.config import async_database_url
+from backend.db import create_engine, session_factory
+from backend.streams.broker import Broker
+from backend.streams.ingest import POSTGRES_WRITERS, AttemptKey, Ingestor
+from backend.streams.models import MetricPoint as StoredPoint
+from tests.conftest import ADMIN_TOKEN, Api, make_settings
 from tests.support.factories import make_spec
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -286,3 +294,148 @@ def test_cluster_stream_carries_every_jobs_events(client: TestClient) -> None:
         live = json.loads(ws.receive_text())
         assert time.monotonic() < deadline
         assert (live["job_id"], live["event"]["kind"]) == (second, "created")
+
+
+# --- the ingestor itself: writers, order per attempt, conflicts, failures ----------------------
+
+
+def wire(seqs: range) -> list[MetricPoint]:
+    return list(points(seqs).points)
+
+
+async def stored_seqs(api: Api, key: AttemptKey) -> list[int]:
+    async with api.session() as session:
+        rows = await session.scalars(
+            select(StoredPoint.seq)
+            .where(
+                StoredPoint.job_id == key[0],
+                StoredPoint.task == key[1],
+                StoredPoint.attempt == key[2],
+            )
+            .order_by(StoredPoint.seq)
+        )
+        return list(rows)
+
+
+@asynccontextmanager
+async def running(ingestor: Ingestor) -> AsyncIterator[Ingestor]:
+    runner = asyncio.create_task(ingestor.run())
+    try:
+        yield ingestor
+    finally:
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+async def test_two_writers_never_store_one_attempt_twice_at_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingestor = Ingestor(api.app.state.sessions, Broker(), writers=2)  # type: ignore[attr-defined]
+    a, c = (1, "worker:0", 0), (1, "worker:1", 0)
+    for key in (a, c):
+        await ingestor.stored_through(key)
+    writes: list[list[tuple[str, int]]] = []
+    gate = asyncio.Event()
+    write = ingestor._write
+
+    async def held_first_write(batch: list[Any]) -> None:
+        writes.append([(pending.key[1], pending.points[0].seq) for pending in batch])
+        if len(writes) == 1:
+            await gate.wait()  # the first write stays in flight until released
+        await write(batch)
+
+    monkeypatch.setattr(ingestor, "_write", held_first_write)
+    async with running(ingestor):
+        first = asyncio.create_task(ingestor.submit(a, wire(range(0, 10))))
+        await until(lambda: a in ingestor._in_flight)
+        second = asyncio.create_task(ingestor.submit(a, wire(range(10, 20))))
+        other = asyncio.create_task(ingestor.submit(c, wire(range(0, 10))))
+        # The second writer stores the other attempt meanwhile, and holds a's next batch back.
+        assert await asyncio.wait_for(other, 10) == 9
+        assert not first.done() and not second.done()
+        assert await stored_seqs(api, a) == []
+        gate.set()
+        assert await asyncio.wait_for(first, 10) == 9
+        assert await asyncio.wait_for(second, 10) == 19
+    assert writes == [[("worker:0", 0)], [("worker:1", 0)], [("worker:0", 10)]]
+    assert await stored_seqs(api, a) == list(range(20))
+    assert await stored_seqs(api, c) == list(range(10))
+
+
+async def test_batches_queued_together_are_stored_in_order(api: Api) -> None:
+    ingestor = Ingestor(api.app.state.sessions, Broker(), writers=2)  # type: ignore[attr-defined]
+    keys = [(1, f"worker:{i}", 0) for i in range(3)]
+    for key in keys:
+        await ingestor.stored_through(key)
+    async with running(ingestor):
+        # Several batches per attempt at once, a resend among them: acks never go backwards.
+        batches = [(key, range(first, first + 25)) for first in (0, 25, 10, 50) for key in keys]
+        acks = await asyncio.gather(*(ingestor.submit(key, wire(seqs)) for key, seqs in batches))
+    for key in keys:
+        mine = [ack for (k, _), ack in zip(batches, acks, strict=True) if k == key]
+        assert mine == sorted(mine) and mine[-1] == 74
+        assert await stored_seqs(api, key) == list(range(75))
+    assert ingestor.points_written == 3 * 75
+
+
+async def test_points_another_writer_stored_are_not_stored_twice(api: Api) -> None:
+    ingestor = Ingestor(api.app.state.sessions, Broker(), writers=2)  # type: ignore[attr-defined]
+    key = (1, "chief:0", 0)
+    assert await ingestor.stored_through(key) == -1
+    # Another server process on the same database stored some of them behind our back.
+    async with api.session() as session:
+        await session.execute(
+            insert(StoredPoint),
+            [
+                {"job_id": 1, "task": "chief:0", "attempt": 0, "seq": s, "name": "loss"}
+                | {"step": s, "value": 0.5, "wall_time": 1e9}
+                for s in range(5)
+            ],
+        )
+        await session.commit()
+    async with running(ingestor):
+        assert await ingestor.submit(key, wire(range(10))) == 9
+        assert await ingestor.submit(key, wire(range(10, 12))) == 11
+    assert await stored_seqs(api, key) == list(range(12))
+    assert ingestor.points_written == 12
+    # PostgreSQL inserts without ON CONFLICT first, and retried this one write with it.
+    dialect = api.app.state.engine.dialect.name  # type: ignore[attr-defined]
+    assert ingestor.conflicts == (1 if dialect == "postgresql" else 0)
+
+
+async def test_a_failed_write_is_not_acked_and_its_resend_is_stored(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingestor = Ingestor(api.app.state.sessions, Broker(), writers=2)  # type: ignore[attr-defined]
+    key = (1, "chief:0", 0)
+    await ingestor.stored_through(key)
+    write = ingestor._write
+    failures = [RuntimeError("database went away")]
+
+    async def failing_once(batch: list[Any]) -> None:
+        if failures:
+            raise failures.pop()
+        await write(batch)
+
+    monkeypatch.setattr(ingestor, "_write", failing_once)
+    async with running(ingestor):
+        with pytest.raises(RuntimeError, match="went away"):
+            await ingestor.submit(key, wire(range(10)))
+        assert await ingestor.stored_through(key) == -1  # nothing acknowledged, nothing skipped
+        assert await ingestor.submit(key, wire(range(10))) == 9
+    assert await stored_seqs(api, key) == list(range(10))
+
+
+def test_postgres_gets_two_writers_and_sqlite_one(database_url: str) -> None:
+    engine = create_engine(async_database_url(database_url))
+    ingestor = Ingestor(session_factory(engine), Broker())
+    expected = POSTGRES_WRITERS if database_url.startswith("postgresql") else 1
+    assert ingestor._default_writers() == expected
