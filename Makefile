@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
 PIP_VERSION := 26.3
 
-.PHONY: install up test lint check-python clean
+UI_SOURCES := $(shell find frontend/src frontend/index.html frontend/package.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
+
+.PHONY: install ui up test lint check-python clean
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Strata needs Python 3.11; set PYTHON=/path/to/python3.11")'
@@ -19,12 +21,22 @@ $(STAMP): pyproject.toml requirements.lock | check-python
 
 install: $(STAMP)
 
+# The dashboard: npm ci from the committed lock file, then a production build into frontend/dist.
+frontend/node_modules/.package-lock.json: frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+
+frontend/dist/index.html: frontend/node_modules/.package-lock.json $(UI_SOURCES)
+	cd frontend && npm run build
+
+ui: frontend/dist/index.html
+
 ## Run the control plane on this machine (server + 2 local agents, SQLite under ~/.strata) with a demo job.
-up: install
+up: install ui
 	$(BIN)/strata up --demo
 
 ## Lint, type-check and run the whole test suite (STRATA_TEST_STRICT=1 turns skips into failures).
-test: install lint
+test: install ui lint
+	cd frontend && npm run check
 	$(BIN)/pytest -q
 
 lint: install
@@ -33,4 +45,4 @@ lint: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache frontend/node_modules frontend/dist

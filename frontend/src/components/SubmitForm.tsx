@@ -1,0 +1,171 @@
+// Submit a job spec written as YAML or JSON. The server's 422 names each bad field; the
+// message is listed under the editor and the line that holds the field is marked.
+import { useMemo, useRef, useState } from "preact/hooks";
+import { ApiError, api } from "../api/client";
+import type { FieldIssue, Job } from "../api/types";
+import { EXAMPLES } from "../data/examples";
+import { contentType, detectFormat, locateField, type SpecFormat } from "../data/specText";
+
+const DRAFT_KEY = "strata.spec-draft";
+
+function initialText(): string {
+  try {
+    return sessionStorage.getItem(DRAFT_KEY) ?? (EXAMPLES[0]?.text ?? "");
+  } catch {
+    return EXAMPLES[0]?.text ?? "";
+  }
+}
+
+export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void }) {
+  const [text, setText] = useState(initialText);
+  const [format, setFormat] = useState<"auto" | SpecFormat>("auto");
+  const [busy, setBusy] = useState(false);
+  const [issues, setIssues] = useState<FieldIssue[]>([]);
+  const [failure, setFailure] = useState<string | null>(null);
+  const [issuesFor, setIssuesFor] = useState<string | null>(null);
+  const area = useRef<HTMLTextAreaElement>(null);
+  const gutter = useRef<HTMLDivElement>(null);
+  const sent: SpecFormat = format === "auto" ? detectFormat(text) : format;
+
+  const lineCount = text.split("\n").length;
+  // Marks stay on the text they were computed for; an edit clears them.
+  const marked = useMemo(() => {
+    const lines = new Map<number, string>();
+    if (issuesFor !== text) return lines;
+    for (const issue of issues) {
+      const line = locateField(text, issue.field, issue.message);
+      if (line !== null && !lines.has(line)) lines.set(line, issue.field || "document");
+    }
+    return lines;
+  }, [issues, issuesFor, text]);
+
+  function update(value: string) {
+    setText(value);
+    try {
+      sessionStorage.setItem(DRAFT_KEY, value);
+    } catch {
+      /* storage off */
+    }
+  }
+
+  function goTo(issue: FieldIssue) {
+    const line = locateField(text, issue.field, issue.message);
+    const element = area.current;
+    if (line === null || !element) return;
+    const lines = text.split("\n");
+    const start = lines.slice(0, line).reduce((n, l) => n + l.length + 1, 0);
+    element.focus();
+    element.setSelectionRange(start, start + (lines[line]?.length ?? 0));
+    element.scrollTop = Math.max(0, line * 19 - 60);
+  }
+
+  async function submit(event: Event) {
+    event.preventDefault();
+    setBusy(true);
+    setIssues([]);
+    setFailure(null);
+    try {
+      const job = await api.post("/jobs", { raw: { text, contentType: contentType(sent) } });
+      onSubmitted(job);
+    } catch (error) {
+      if (error instanceof ApiError) {
+        if (error.issues.length) {
+          setIssues(error.issues);
+          setIssuesFor(text);
+          setFailure(error.status === 422 ? "The server refused the spec:" : error.detail);
+        } else {
+          setFailure(error.detail);
+        }
+      } else {
+        setFailure(String(error));
+      }
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <section class="card" data-testid="submit-form">
+      <div class="card-head">
+        <h2>Submit a job</h2>
+        <div class="grow" />
+        <select
+          aria-label="Start from an example"
+          value=""
+          onChange={(e) => {
+            const example = EXAMPLES.find((x) => x.id === (e.target as HTMLSelectElement).value);
+            if (example) {
+              update(example.text);
+              setIssues([]);
+              setFailure(null);
+            }
+          }}
+        >
+          <option value="">Examples…</option>
+          {EXAMPLES.map((x) => (
+            <option key={x.id} value={x.id}>
+              {x.label}
+            </option>
+          ))}
+        </select>
+      </div>
+      <form class="card-body" onSubmit={submit}>
+        <div class="editor">
+          <div class="gutter" ref={gutter} aria-hidden="true">
+            {Array.from({ length: lineCount }, (_, i) => (
+              <div key={i} class={marked.has(i) ? "bad" : ""} title={marked.get(i)} data-testid={marked.has(i) ? "spec-error-line" : undefined} data-line={i + 1}>
+                {i + 1}
+              </div>
+            ))}
+          </div>
+          <textarea
+            ref={area}
+            value={text}
+            spellcheck={false}
+            rows={18}
+            onInput={(e) => update((e.target as HTMLTextAreaElement).value)}
+            onScroll={(e) => {
+              if (gutter.current) gutter.current.scrollTop = (e.target as HTMLTextAreaElement).scrollTop;
+            }}
+            aria-label="Job spec (YAML or JSON)"
+            data-testid="spec-editor"
+          />
+        </div>
+        {failure ? (
+          <div class="notice" data-testid="submit-error" role="alert">
+            {failure}
+          </div>
+        ) : null}
+        {issues.length ? (
+          <ul class="field-errors" data-testid="spec-errors">
+            {issues.map((issue, i) => (
+              <li key={i} data-testid="spec-error" data-field={issue.field} onClick={() => goTo(issue)} title="Show in the editor">
+                <code>{issue.field || "spec"}</code>
+                <span>{issue.message}</span>
+              </li>
+            ))}
+          </ul>
+        ) : null}
+        <div class="row" style={{ marginTop: "12px" }}>
+          <label class="row muted" style={{ gap: "6px" }}>
+            Send as
+            <select
+              value={format}
+              onChange={(e) => setFormat((e.target as HTMLSelectElement).value as "auto" | SpecFormat)}
+              data-testid="spec-format"
+            >
+              <option value="auto">auto ({detectFormat(text).toUpperCase()})</option>
+              <option value="yaml">YAML</option>
+              <option value="json">JSON</option>
+            </select>
+          </label>
+          <div class="grow" />
+          <button type="submit" class="primary" disabled={busy || !text.trim()} data-testid="submit-job">
+            {busy ? <span class="spinner" /> : null}
+            Submit job
+          </button>
+        </div>
+      </form>
+    </section>
+  );
+}

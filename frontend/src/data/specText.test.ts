@@ -1,0 +1,42 @@
+import { describe, expect, it } from "vitest";
+import { contentType, detectFormat, locateField } from "./specText";
+
+const YAML = `# a comment that mentions replicas: and ps:
+name: digits-ps
+strategy: parameter_server
+replicas:
+  chief: {count: 1}
+  worker:
+    count: 2
+  ps: {count: 0, gpus: 0}
+`;
+
+describe("spec text", () => {
+  it("sends JSON as JSON and everything else as YAML", () => {
+    expect(detectFormat('  {"name": "x"}')).toBe("json");
+    expect(detectFormat("name: x")).toBe("yaml");
+    expect(contentType("yaml")).toBe("application/yaml");
+    expect(contentType("json")).toBe("application/json");
+  });
+
+  it("finds the line of a nested field in block and flow YAML", () => {
+    expect(locateField(YAML, "replicas.ps.count")).toBe(7);
+    expect(locateField(YAML, "replicas.worker.count")).toBe(6);
+    expect(locateField(YAML, "strategy")).toBe(2);
+  });
+
+  it("falls back to the deepest parent that is written", () => {
+    expect(locateField(YAML, "replicas.evaluator.count")).toBe(3);
+    expect(locateField(YAML, "restart.policy")).toBeNull();
+  });
+
+  it("finds fields in JSON and skips list indices", () => {
+    const json = '{\n  "name": "x",\n  "entrypoint": [\n    "python", 3\n  ],\n  "replicas": {"ps": {"count": 0}}\n}';
+    expect(locateField(json, "entrypoint.1")).toBe(2);
+    expect(locateField(json, "replicas.ps.count")).toBe(5);
+  });
+
+  it("uses the line a parse error names", () => {
+    expect(locateField(YAML, "", "the body is not valid YAML: ... line 4, column 3")).toBe(3);
+  });
+});

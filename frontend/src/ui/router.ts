@@ -1,0 +1,29 @@
+// Hash routes, so that every page is /ui/index.html: #/jobs, #/jobs/7, #/cluster.
+export type Route =
+  | { page: "jobs" }
+  | { page: "job"; id: number; task: string | null }
+  | { page: "cluster" }
+  | { page: "missing"; hash: string };
+
+export function parseRoute(hash: string): Route {
+  const path = hash.replace(/^#/, "");
+  const [pathname = "", search = ""] = path.split("?");
+  const parts = pathname.split("/").filter(Boolean);
+  if (parts.length === 0 || (parts[0] === "jobs" && parts.length === 1)) return { page: "jobs" };
+  if (parts[0] === "jobs" && parts.length === 2 && /^\d+$/.test(parts[1] as string)) {
+    const task = new URLSearchParams(search).get("task");
+    return { page: "job", id: Number(parts[1]), task };
+  }
+  if (parts[0] === "cluster" && parts.length === 1) return { page: "cluster" };
+  return { page: "missing", hash };
+}
+
+export const href = {
+  jobs: () => "#/jobs",
+  job: (id: number) => `#/jobs/${id}`,
+  cluster: () => "#/cluster",
+};
+
+export function navigate(hash: string): void {
+  if (location.hash !== hash) location.hash = hash;
+}

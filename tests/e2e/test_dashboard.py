@@ -1,0 +1,290 @@
+"""The dashboard in a real Chromium against a real local cluster (`strata up`, two agents).
+
+One story drives a parameter-server job from the submit form to success: live loss points, a
+live log, checkpoint now, the sidecar evaluator, a worker restarted from the topology view. On
+the way it saves screenshots of every page in both themes to test-artifacts/screenshots/ and
+docs/screenshots/. The dashboard must be built first (`make ui`; `make test` does it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+
+from tests.support.cluster import Cluster, local_cluster, wait_no_processes
+from tests.support.strict import missing_dependency
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+DIST = REPO / "frontend" / "dist"
+ARTIFACTS = REPO / "test-artifacts" / "screenshots"
+DOCS = REPO / "docs" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
+# Long enough for every step of the story to happen while it trains (about 1 to 2 minutes
+# here), short enough to keep the test near 3 minutes.
+EPOCHS, STEPS_PER_EPOCH = 20, 300
+
+BAD_SPEC = """name: bad-ps
+strategy: parameter_server
+entrypoint: [python, examples/digits.py]
+replicas:
+  chief: {count: 1}
+  worker: {count: 2}
+  ps: {count: 0}
+"""
+
+
+def job_spec_yaml() -> str:
+    spec: dict[str, Any] = yaml.safe_load((REPO / "examples" / "digits_ps.yaml").read_text())
+    spec["name"] = "dashboard-ps"
+    spec["entrypoint"] = [
+        "python",
+        "examples/digits.py",
+        "--epochs",
+        str(EPOCHS),
+        "--steps-per-epoch",
+        str(STEPS_PER_EPOCH),
+    ]
+    spec["checkpoint"] = {"every_epochs": 1, "keep": 5}
+    return "# submitted by tests/e2e/test_dashboard.py\n" + yaml.safe_dump(spec, sort_keys=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not CHROMIUM.is_file():
+        missing_dependency(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    if not (DIST / "index.html").is_file():
+        missing_dependency(
+            f"the dashboard is not built ({DIST / 'index.html'} is missing): run `make ui` "
+            "(npm ci and npm run build in frontend/)"
+        )
+    with local_cluster(tmp_path_factory.mktemp("dashboard") / "data") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(cluster: Cluster) -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORT, color_scheme="light")
+    context.set_default_timeout(20_000)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield opened
+    finally:
+        context.close()
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+
+def set_theme(page: Page, theme: str) -> None:
+    toggle = page.get_by_test_id("theme-toggle")
+    if toggle.get_attribute("data-theme") != theme:
+        toggle.click()
+    page.wait_for_function("t => document.documentElement.dataset.theme === t", arg=theme)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def screenshot_dirs() -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    DOCS.mkdir(parents=True, exist_ok=True)
+
+
+def screenshots(page: Page, name: str) -> None:
+    """<name>-light.png and <name>-dark.png, 1280x800, in test-artifacts and docs."""
+    for theme in ("light", "dark"):
+        set_theme(page, theme)
+        page.mouse.move(2, VIEWPORT["height"] - 2)  # no hover effect on the toggle
+        page.wait_for_timeout(400)  # charts are redrawn with the theme's colours
+        target = ARTIFACTS / f"{name}-{theme}.png"
+        page.screenshot(path=str(target))
+        shutil.copyfile(target, DOCS / target.name)
+    set_theme(page, "light")
+
+
+def number(page: Page, selector: str, attribute: str) -> int:
+    value = page.locator(selector).first.get_attribute(attribute)
+    return int(value or 0)
+
+
+def wait_number_above(page: Page, selector: str, attribute: str, floor: int, timeout: float) -> int:
+    page.wait_for_function(
+        """([selector, attribute, floor]) => {
+            const element = document.querySelector(selector);
+            return element !== null && Number(element.getAttribute(attribute)) > floor;
+        }""",
+        arg=[selector, attribute, floor],
+        timeout=timeout * 1000,
+    )
+    return number(page, selector, attribute)
+
+
+def test_login_theme_and_a_bad_spec(cluster: Cluster, page: Page) -> None:
+    # No token: the login page. A wrong token is refused, the right one signs in.
+    page.goto(f"{cluster.url}/ui/")
+    page.get_by_test_id("login-page").wait_for()
+    screenshots(page, "login")
+    page.get_by_test_id("token-input").fill("not-the-token")
+    page.get_by_test_id("login-submit").click()
+    page.get_by_test_id("login-error").wait_for()
+    page.get_by_test_id("token-input").fill(cluster.admin_token)
+    page.get_by_test_id("login-submit").click()
+    page.get_by_test_id("jobs-page").wait_for()
+
+    # The theme is remembered across reloads.
+    set_theme(page, "dark")
+    page.reload()
+    page.get_by_test_id("jobs-page").wait_for()
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    set_theme(page, "light")
+
+    # A spec the server refuses: its message is shown by the field it names.
+    page.get_by_test_id("spec-editor").fill(BAD_SPEC)
+    page.get_by_test_id("submit-job").click()
+    error = page.locator('[data-testid="spec-error"][data-field="replicas.ps.count"]')
+    error.wait_for()
+    assert "ps" in error.inner_text()
+    assert page.get_by_test_id("spec-error-line").first.get_attribute("data-line") == "7"
+    assert cluster.http.get("/jobs").json()["total"] == 0, "the bad spec made a job"
+
+    # A job that cannot be placed waits with a reason; cancelling asks first.
+    unplaceable: dict[str, Any] = yaml.safe_load(job_spec_yaml())
+    unplaceable["name"] = "too-big"
+    unplaceable["replicas"]["worker"]["gpus"] = 8
+    waiting = cluster.submit(unplaceable)
+    page.goto(f"{cluster.url}/ui/#/jobs/{waiting['id']}")
+    page.locator('[data-testid="job-status"][data-status="pending"]').wait_for()
+    # The reason changes without an event (placement retries): the page polls for it.
+    page.get_by_test_id("job-reason").filter(has_text="GPU").wait_for()
+    assert page.get_by_test_id("restart-job").is_disabled()
+    page.get_by_test_id("cancel-job").click()
+    page.get_by_test_id("confirm-cancel").click()  # changed my mind
+    assert page.get_by_test_id("confirm-dialog").count() == 0
+    assert cluster.job(waiting["id"])["status"] == "pending"
+    page.get_by_test_id("cancel-job").click()
+    page.get_by_test_id("confirm-ok").click()
+    page.locator('[data-testid="action-outcome"][data-action="cancel"][data-state="ok"]').wait_for()
+    page.locator('[data-testid="job-status"][data-status="cancelled"]').wait_for()
+    assert cluster.job(waiting["id"])["status"] == "cancelled"
+
+    # A token the server stops accepting sends the page back to the login.
+    page.evaluate("sessionStorage.setItem('strata.token', 'revoked')")
+    page.get_by_test_id("nav-cluster").click()
+    page.get_by_test_id("login-page").wait_for()
+    assert "refused the token" in page.get_by_test_id("login-reason").inner_text()
+
+
+@pytest.mark.timeout(480)
+def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
+    started = time.monotonic()
+    page.goto(f"{cluster.url}/ui/?token={cluster.admin_token}")
+    page.get_by_test_id("jobs-page").wait_for()
+    assert "token" not in page.url, "the token stays in the address bar"
+
+    # Submit from the form (closed while there are jobs); the dashboard opens the job.
+    page.get_by_test_id("toggle-submit").click()
+    page.get_by_test_id("spec-editor").fill(job_spec_yaml())
+    page.get_by_test_id("submit-job").click()
+    page.wait_for_function("/^#\\/jobs\\/\\d+$/.test(location.hash)")
+    job_id = int(page.evaluate("location.hash").rsplit("/", 1)[1])
+    page.locator('[data-testid="job-status"][data-status="running"]').wait_for(timeout=120_000)
+
+    # The loss chart gains points while it trains.
+    loss = '[data-testid="chart-loss"]'
+    first = wait_number_above(page, loss, "data-points", 0, timeout=90)
+    wait_number_above(page, loss, "data-points", first, timeout=60)
+
+    # The chief's live log: lines arrive.
+    page.get_by_test_id("task-chief:0").click()
+    viewer = '[data-testid="log-viewer"][data-task="chief:0"]'
+    page.locator(viewer).wait_for()
+    lines = wait_number_above(page, viewer, "data-lines", 0, timeout=30)
+    wait_number_above(page, viewer, "data-lines", lines, timeout=60)
+    assert page.get_by_test_id("log-line").count() > 0
+
+    # Checkpoint now: progress, then the result, and the new row in the table.
+    page.get_by_test_id("checkpoint-now").click()
+    done = page.locator('[data-testid="action-outcome"][data-action="checkpoint"][data-state="ok"]')
+    done.wait_for(timeout=60_000)
+    name = next(
+        c["name"]
+        for c in cluster.http.get(f"/jobs/{job_id}/checkpoints").json()
+        if c["trigger"] == "command"
+    )
+    assert name in done.inner_text()
+    page.locator(
+        f'[data-testid="checkpoint-row"][data-name="{name}"][data-trigger="command"]'
+    ).wait_for()
+
+    # The sidecar evaluator: its task appears in the topology, its points in the eval chart.
+    page.get_by_test_id("evaluator-toggle").click()
+    page.locator(
+        '[data-testid="action-outcome"][data-action="evaluator"][data-state="ok"]'
+    ).wait_for(timeout=30_000)
+    page.locator('[data-testid="task-evaluator:0"][data-status="running"]').wait_for(timeout=60_000)
+    wait_number_above(page, '[data-testid="chart-eval"]', "data-points", 0, timeout=120)
+
+    # Restart a worker from the topology view, through the confirmation dialog.
+    page.get_by_test_id("restart-task-worker:1").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    dialog.wait_for()
+    assert "worker:1" in dialog.inner_text()
+    page.get_by_test_id("confirm-ok").click()
+    page.locator('[data-testid="event"][data-kind="restart"][data-task="worker:1"]').wait_for(
+        timeout=30_000
+    )
+    page.locator('[data-testid="task-worker:1"][data-attempt="1"]').wait_for(timeout=30_000)
+    page.locator('[data-testid="task-worker:1"][data-status="running"]').wait_for(timeout=60_000)
+    assert cluster.job(job_id)["status"] == "running", "a PS worker restart stops the job"
+    page.screenshot(path=str(ARTIFACTS / "job-full-page.png"), full_page=True)  # for review
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshots(page, "job")
+
+    # The cluster: both hosts, and the GPUs the job's workers hold.
+    page.get_by_test_id("nav-cluster").click()
+    page.get_by_test_id("cluster-page").wait_for()
+    assert page.get_by_test_id("host-card").count() == 2
+    page.locator('[data-testid="device"][data-task^="' + f"{job_id}/" + '"]').first.wait_for()
+    screenshots(page, "cluster")
+
+    # The jobs list shows it live.
+    page.get_by_test_id("nav-jobs").click()
+    page.locator(f'[data-testid="job-row"][data-job-id="{job_id}"]').wait_for()
+    page.get_by_test_id("toggle-submit").click()  # the list alone, full width
+    page.get_by_test_id("submit-form").wait_for(state="hidden")
+    screenshots(page, "jobs")
+
+    # Back on the job: it succeeds, and the page says so without a reload.
+    page.locator(f'[data-testid="job-row"][data-job-id="{job_id}"] a').click()
+    page.locator('[data-testid="job-status"][data-status="succeeded"]').wait_for(timeout=240_000)
+    assert cluster.job(job_id)["status"] == "succeeded"
+    wait_no_processes(job_id)
+    assert time.monotonic() - started < 400
