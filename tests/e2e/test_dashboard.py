@@ -2,12 +2,14 @@
 
 One story drives a parameter-server job from the submit form to success: live loss points, a
 live log, checkpoint now, the sidecar evaluator, a worker restarted from the topology view. On
-the way it saves screenshots of every page in both themes to test-artifacts/screenshots/ and
-docs/screenshots/. The dashboard must be built first (`make ui`; `make test` does it).
+the way it saves screenshots of every page in both themes to test-artifacts/screenshots/ (and,
+with STRATA_UPDATE_SCREENSHOTS=1, over the ones the README shows in docs/screenshots/). The
+dashboard must be built first (`make ui`; `make test` does it).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -27,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 DIST = REPO / "frontend" / "dist"
 ARTIFACTS = REPO / "test-artifacts" / "screenshots"
 DOCS = REPO / "docs" / "screenshots"
+# A test run leaves the committed screenshots alone unless asked to refresh them.
+UPDATE_DOCS = os.environ.get("STRATA_UPDATE_SCREENSHOTS") == "1"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -115,18 +119,18 @@ def set_theme(page: Page, theme: str) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def screenshot_dirs() -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    DOCS.mkdir(parents=True, exist_ok=True)
 
 
 def screenshots(page: Page, name: str) -> None:
-    """<name>-light.png and <name>-dark.png, 1280x800, in test-artifacts and docs."""
+    """<name>-light.png and <name>-dark.png, 1280x800, in test-artifacts (and docs)."""
     for theme in ("light", "dark"):
         set_theme(page, theme)
         page.mouse.move(2, VIEWPORT["height"] - 2)  # no hover effect on the toggle
         page.wait_for_timeout(400)  # charts are redrawn with the theme's colours
         target = ARTIFACTS / f"{name}-{theme}.png"
         page.screenshot(path=str(target))
-        shutil.copyfile(target, DOCS / target.name)
+        if UPDATE_DOCS:
+            shutil.copyfile(target, DOCS / target.name)
     set_theme(page, "light")
 
 
