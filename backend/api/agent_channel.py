@@ -63,6 +63,7 @@ async def agent_channel(websocket: WebSocket) -> None:
 
 async def _dispatch(controller: Controller, connection: AgentConnection, message: object) -> None:
     host = connection.host_name
+    controller.heard_from(host)
     if isinstance(message, Heartbeat):
         await controller.on_heartbeat(host, message.running)
     elif isinstance(message, TaskStarted):

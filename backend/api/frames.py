@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from fastapi import WebSocket, WebSocketDisconnect
 from pydantic import TypeAdapter, ValidationError
+from starlette.websockets import WebSocketDisconnected
 
 T = TypeVar("T")
 
@@ -44,8 +45,14 @@ async def first_frame(
 
 
 async def next_frame(websocket: WebSocket, adapter: TypeAdapter[T], max_bytes: int) -> T | None:
-    """The next frame of a session; an oversized (1009) or malformed (1002) one closes it."""
-    raw = await websocket.receive_text()
+    """The next frame of a session; an oversized (1009) or malformed (1002) one closes it.
+
+    None as well when this side closed the socket meanwhile (a newer connection replaced it).
+    """
+    try:
+        raw = await websocket.receive_text()
+    except WebSocketDisconnected:
+        return None
     if len(raw) > max_bytes:
         await close(websocket, 1009, f"frame over {max_bytes} bytes")
         return None

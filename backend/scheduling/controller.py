@@ -70,6 +70,9 @@ class Controller:
         self._wake = asyncio.Event()
         self._last_running: dict[str, frozenset[TaskKey]] = {}
         self._last_seen_written: dict[str, float] = {}
+        # When each agent was last heard from (monotonic), noted as a frame arrives, before
+        # any lock: a busy controller must not mistake its own backlog for a silent host.
+        self._last_heard: dict[str, float] = {}
         self._started = time.monotonic()
 
     def wake(self) -> None:
@@ -110,11 +113,12 @@ class Controller:
 
     async def _mark_lost_hosts(self, session: AsyncSession, outbox: Outbox) -> None:
         timeout = self.settings.heartbeat_timeout_seconds
-        if time.monotonic() - self._started < self.startup_grace():
+        now = time.monotonic()
+        if now - self._started < self.startup_grace():
             return
-        cutoff = utcnow().timestamp() - timeout
         for host in await session.scalars(select(Host).where(Host.status == HostStatus.online)):
-            if host.last_heartbeat_at.timestamp() >= cutoff:
+            # Not heard from since this server started (and the grace is over): silent too.
+            if now - self._last_heard.get(host.name, self._started) <= timeout:
                 continue
             host.status = HostStatus.lost
             self._last_running.pop(host.name, None)  # what it ran is gone with it
@@ -264,6 +268,7 @@ class Controller:
 
     async def on_hello(self, hello: Hello) -> list[ServerMessage]:
         """An agent (re)joined: record its host, take its news, and resynchronise it."""
+        self.heard_from(hello.name)
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
             host = await register_host(
@@ -288,9 +293,14 @@ class Controller:
         self.wake()
         return first
 
+    def heard_from(self, host_name: str) -> None:
+        """An agent's frame arrived: it is alive, whatever the controller is busy with."""
+        self._last_heard[host_name] = time.monotonic()
+
     async def on_heartbeat(self, host_name: str, running: list[RunningTask]) -> None:
         keys = frozenset(r.key for r in running)
         now = time.monotonic()
+        self.heard_from(host_name)
         last_write = self._last_seen_written.get(host_name, 0.0)
         write_due = now - last_write >= self.settings.heartbeat_timeout_seconds / 4
         if not write_due and self._last_running.get(host_name) == keys:
