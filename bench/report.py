@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO, RESULTS
+from bench.report_control import recovery_rows, recovery_section, scale_section
+from bench.text import spread_text as _spread
 
 DOC = REPO / "docs" / "benchmarks.md"
 
@@ -25,6 +27,8 @@ from `bench/results/*.json` (raw numbers) every time a benchmark runs. Reproduce
 .venv/bin/python -m bench.metrics_pipeline [--quick] [--profile]  # 4-8 min; --quick ~1 min
 .venv/bin/python -m bench.training_overhead [--quick] [--profile] # 9-12 min; --quick ~2 min
 .venv/bin/python -m bench.pg_insert_paths                         # ~30 s, a diagnostic
+.venv/bin/python -m bench.recovery [--quick]                      # ~15 min; --quick ~5 min
+.venv/bin/python -m bench.scale [--quick]                         # 100 and 1,000 agents
 .venv/bin/python -m bench.report                                  # re-render this page only
 ```
 
@@ -46,12 +50,6 @@ def _load(name: str) -> dict[str, Any] | None:
 
 def _n(value: float) -> str:
     return f"{value:,.0f}"
-
-
-def _spread(values: dict[str, float], digits: int = 0, unit: str = "") -> str:
-    fmt = f"{{:,.{digits}f}}"
-    median, low, high = (fmt.format(values[k]) for k in ("median", "min", "max"))
-    return f"{median}{unit} [{low}-{high}]"
 
 
 def _counted(summarised: int, runs: list[dict[str, Any]]) -> str:
@@ -581,11 +579,15 @@ def render(
     pipeline: dict[str, Any] | None,
     training: dict[str, Any] | None,
     pg_paths: dict[str, Any] | None = None,
+    recovery: dict[str, Any] | None = None,
+    scale: dict[str, Any] | None = None,
 ) -> str:
     lines = [HEADER, *machine_section(pipeline, training), "## Summary", ""]
     rows = summary_rows(pipeline) if pipeline else []
     if training:
         rows.append(training_summary_row(training))
+    if recovery:
+        rows += recovery_rows(recovery)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
     lines += ["", *what_dominates(pipeline, training)]
     if pipeline:
@@ -594,12 +596,24 @@ def render(
         lines += latency_section(pipeline) + profile_section(pipeline)
     if training:
         lines += training_section(training)
+    if recovery:
+        lines += recovery_section(recovery)
+    if scale:
+        lines += scale_section(scale)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write() -> Path:
     pipeline, training = _load("metrics_pipeline"), _load("training_overhead")
-    DOC.write_text(render(pipeline, training, _load("pg_insert_paths")))
+    DOC.write_text(
+        render(
+            pipeline,
+            training,
+            _load("pg_insert_paths"),
+            recovery=_load("recovery"),
+            scale=_load("scale"),
+        )
+    )
     return DOC
 
 
