@@ -52,6 +52,7 @@ class Server:
 
     url: str
     admin_token: str
+    agent_token: str
     database: str  # "sqlite" or "postgresql"
     database_url: str
     process: subprocess.Popen[bytes]
@@ -119,11 +120,11 @@ def strata_server(database_url: str | None = None) -> Iterator[Server]:
     workdir = Path(tempfile.mkdtemp(prefix="strata-bench-"))
     data_dir = workdir / "data"
     port = free_port()
-    admin = secrets.token_urlsafe(24)
+    admin, agent = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     env = {
         **os.environ,
         "STRATA_API_TOKEN": admin,
-        "STRATA_AGENT_TOKEN": secrets.token_urlsafe(24),
+        "STRATA_AGENT_TOKEN": agent,
         "STRATA_DATA_DIR": str(data_dir),
         "STRATA_PORT": str(port),
         "STRATA_LOG_LEVEL": "warning",
@@ -141,6 +142,7 @@ def strata_server(database_url: str | None = None) -> Iterator[Server]:
         yield Server(
             url=url,
             admin_token=admin,
+            agent_token=agent,
             database="postgresql" if database_url else "sqlite",
             database_url=database_url or f"sqlite:///{data_dir / 'strata.db'}",
             process=process,

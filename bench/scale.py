@@ -1,0 +1,284 @@
+"""Scale: many simulated agents and thousands of tasks against one server.
+
+    .venv/bin/python -m bench.scale [--quick] [--agents 100 1000]
+
+For each agent count A, a fresh `strata server` (SQLite) and A simulated agents: light
+clients speaking the real agent protocol over real websockets (`agents.protocol`), spread
+over a few processes, each agent declaring 8 simulated GPUs and heartbeating every second
+with the tasks it "runs". A start_task is answered with task_started (a made-up pid) and the
+task is reported in every heartbeat after; a stop_task with task_exited. Nothing trains: what
+is measured is the control plane.
+
+Then A parameter_server jobs of 10 tasks each (1 chief, 8 one-GPU workers, 1 ps), 10 x A
+tasks in all (10,000 at 1,000 agents), are submitted at once and timed until every one is
+running: the time to place A queued jobs. With all of them running and every agent
+heartbeating, the benchmark measures the latency (p50/p99) of `GET /jobs`, `GET /cluster`
+and `POST /jobs` (a job that waits: the cluster is full), the server's CPU (cores) over 10 s
+of heartbeats alone, before those requests, and its resident memory after them. Results go to bench/results/scale.json; docs/benchmarks.md
+renders them with a plot of how each grows with the agent count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agents.protocol import (
+    Device,
+    Heartbeat,
+    Hello,
+    RunningTask,
+    StartTask,
+    StopTask,
+    TaskExit,
+    TaskExited,
+    TaskKey,
+    TaskStarted,
+    Welcome,
+    server_message,
+)
+from bench.harness import RESULTS, Server, cpu_seconds, machine_info, percentile, strata_server
+
+GPUS_PER_AGENT = 8
+AGENT_PROCESSES = 4
+JOB: dict[str, Any] = {
+    "name": "scale",
+    "strategy": "parameter_server",
+    "entrypoint": ["python", "train.py"],
+    "replicas": {
+        "chief": {"count": 1},
+        "worker": {"count": 8, "gpus": 1},
+        "ps": {"count": 1},
+    },
+}
+WAITING_JOB = {**JOB, "name": "scale-waits"}
+
+
+# --- simulated agents (in their own processes) ------------------------------------------------
+
+
+class SimulatedAgent:
+    """One agent: hello, heartbeats, and prompt answers to start and stop."""
+
+    def __init__(self, url: str, token: str, index: int) -> None:
+        self.url, self.token = url, token
+        self.running: dict[TaskKey, int] = {}
+        self.hello = Hello(
+            name=f"sim-{index:05d}",
+            address=f"10.{index // 250}.{index % 250}.1",
+            port_range=(40000, 40999),
+            devices=[
+                Device(index=i, name="Simulated GPU", simulated=True) for i in range(GPUS_PER_AGENT)
+            ],
+            version="bench",
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        from websockets.asyncio.client import connect
+
+        headers = {"Authorization": f"Bearer {self.token}"}
+        while not stop.is_set():
+            try:
+                async with connect(self.url, additional_headers=headers, max_size=None) as ws:
+                    await self._session(ws)
+            except Exception:
+                await asyncio.sleep(0.5)  # reconnect, as a real agent would
+
+    async def _session(self, ws: Any) -> None:
+        hello = self.hello.model_copy(update={"running": self._running()})
+        await ws.send(hello.model_dump_json())
+        welcome = server_message.validate_json(await ws.recv())
+        if not isinstance(welcome, Welcome):
+            raise RuntimeError(f"expected welcome, got {welcome.type}")
+        beat = asyncio.create_task(self._heartbeat(ws, welcome.heartbeat_seconds))
+        try:
+            async for raw in ws:
+                await self._handle(ws, server_message.validate_json(raw))
+        finally:
+            beat.cancel()
+
+    async def _handle(self, ws: Any, message: object) -> None:
+        if isinstance(message, StartTask) and message.key not in self.running:
+            pid = self.running[message.key] = 100_000 + len(self.running)
+            await ws.send(TaskStarted(key=message.key, pid=pid).model_dump_json())
+        elif isinstance(message, StopTask) and self.running.pop(message.key, None) is not None:
+            gone = TaskExit(key=message.key, exit_code=-15, signal=15)
+            await ws.send(TaskExited(exit=gone).model_dump_json())
+
+    def _running(self) -> list[RunningTask]:
+        return [RunningTask(key=key, pid=pid) for key, pid in self.running.items()]
+
+    async def _heartbeat(self, ws: Any, period: float) -> None:
+        while True:
+            await asyncio.sleep(period)
+            await ws.send(Heartbeat(running=self._running()).model_dump_json())
+
+
+def agents_process(url: str, token: str, indices: Sequence[int], control: Connection) -> None:
+    """A process running many simulated agents until the parent says stop."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(SimulatedAgent(url, token, i).run(stop)) for i in indices]
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, control.recv)  # blocks until "stop"
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def wait_online(http: httpx.Client, count: int, timeout: float) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        online = http.get("/cluster").json()["totals"]["online_hosts"]
+        if online >= count:
+            return time.monotonic() - began
+        time.sleep(0.5)
+    raise TimeoutError(f"only {online} of {count} agents online after {timeout}s")
+
+
+def running_jobs(http: httpx.Client) -> int:
+    total: int = http.get("/jobs", params={"status": "running", "limit": 1}).json()["total"]
+    return total
+
+
+def latencies(http: httpx.Client, method: str, path: str, count: int, **kwargs: Any) -> list[float]:
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        http.request(method, path, **kwargs).raise_for_status()
+        times.append((time.perf_counter() - began) * 1000)
+    return sorted(times)
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "n": len(times)}
+
+
+def measure(agents: int, requests: int) -> dict[str, Any]:
+    with strata_server() as server:
+        return _measure(server, agents, requests)
+
+
+def _measure(server: Server, agents: int, requests: int) -> dict[str, Any]:
+    url = server.ws_url + "/agents/connect"
+    groups = [list(range(agents))[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
+    controls, processes = [], []
+    context = multiprocessing.get_context("spawn")
+    for indices in groups:
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=agents_process, args=(url, server.agent_token, indices, child), daemon=True
+        )
+        process.start()
+        controls.append(parent)
+        processes.append(process)
+    http = httpx.Client(
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {server.admin_token}"},
+        timeout=120,
+    )
+    try:
+        joined = wait_online(http, agents, timeout=120 + agents / 5)
+        print(f"  {agents} agents online in {joined:.1f}s", flush=True)
+
+        began = time.monotonic()
+        for _ in range(agents):
+            http.post("/jobs", json=JOB).raise_for_status()
+        submitted = time.monotonic() - began
+        last_report = began
+        while (running := running_jobs(http)) < agents:
+            now = time.monotonic()
+            if now - began > 600:
+                raise TimeoutError(f"only {running} of {agents} jobs running after 600 s")
+            if now - last_report > 15:
+                last_report = now
+                statuses = http.get("/jobs", params={"limit": 500}).json()["items"]
+                counts: dict[str, int] = {}
+                for job in statuses:
+                    counts[job["status"]] = counts.get(job["status"], 0) + 1
+                print(f"  {now - began:.0f}s: {counts}; e.g. {statuses[0]['reason']}", flush=True)
+            time.sleep(0.5)
+        placed = time.monotonic() - began
+        print(
+            f"  {agents} jobs ({10 * agents} tasks) submitted in {submitted:.1f}s, all running "
+            f"after {placed:.1f}s",
+            flush=True,
+        )
+
+        pid = server.process.pid
+        idle_cpu, idle_wall = cpu_seconds(pid), time.monotonic()
+        time.sleep(10)  # heartbeats alone
+        heartbeat_cores = (cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_wall)
+        get_jobs = latencies(http, "GET", "/jobs", requests)
+        get_cluster = latencies(http, "GET", "/cluster", max(5, requests // 4))
+        post_jobs = latencies(http, "POST", "/jobs", requests, json=WAITING_JOB)
+        result = {
+            "agents": agents,
+            "tasks": 10 * agents,
+            "agents_online_seconds": round(joined, 2),
+            "submit_seconds": round(submitted, 2),
+            "place_and_start_seconds": round(placed, 2),
+            "get_jobs": summary(get_jobs),
+            "get_cluster": summary(get_cluster),
+            "post_jobs": summary(post_jobs),
+            "server_cores_heartbeats_only": round(heartbeat_cores, 2),
+            "server_rss_mib": round(rss_mib(pid), 1),
+        }
+        print(f"  {json.dumps(result)}", flush=True)
+        return result
+    finally:
+        http.close()
+        for control in controls:
+            control.send("stop")
+        for process in processes:
+            process.join(timeout=20)
+            if process.is_alive():
+                process.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 agents only, fewer requests")
+    parser.add_argument("--agents", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args(argv)
+    counts = [100] if args.quick else args.agents
+    requests = 50 if args.quick else args.requests
+    results: dict[str, Any] = {"machine": machine_info(), "gpus_per_agent": GPUS_PER_AGENT}
+    results["runs"] = []
+    for count in counts:
+        print(f"{count} simulated agents", flush=True)
+        results["runs"].append(measure(count, requests))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
