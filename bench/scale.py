@@ -14,7 +14,8 @@ tasks in all (10,000 at 1,000 agents), are submitted at once and timed until eve
 running: the time to place A queued jobs. With all of them running and every agent
 heartbeating, the benchmark measures the latency (p50/p99) of `GET /jobs`, `GET /cluster`
 and `POST /jobs` (a job that waits: the cluster is full), the server's CPU (cores) over 10 s
-of heartbeats alone, before those requests, and its resident memory after them. Results go to bench/results/scale.json; docs/benchmarks.md
+of heartbeats alone, before those requests, and its resident memory after them. Results go
+to bench/results/scale.json; docs/benchmarks.md
 renders them with a plot of how each grows with the agent count.
 """
 
