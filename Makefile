@@ -7,7 +7,7 @@ PIP_VERSION := 26.3
 
 UI_SOURCES := $(shell find frontend/src frontend/index.html frontend/package.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: install ui up test lint check-python clean
+.PHONY: install ui up test lint bench check-python clean
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Strata needs Python 3.11; set PYTHON=/path/to/python3.11")'
@@ -38,6 +38,16 @@ up: install ui
 test: install ui lint
 	cd frontend && npm run check
 	$(BIN)/pytest -q
+
+## Run every benchmark (QUICK=1 for the short versions), draw the plots, render docs/benchmarks.md.
+bench: install
+	$(BIN)/pip install --quiet -c requirements.lock -e ".[dev,bench]"
+	$(BIN)/python -m bench.metrics_pipeline $(if $(QUICK),--quick)
+	$(BIN)/python -m bench.training_overhead $(if $(QUICK),--quick)
+	$(BIN)/python -m bench.recovery $(if $(QUICK),--quick)
+	$(BIN)/python -m bench.scale $(if $(QUICK),--quick)
+	$(BIN)/python -m bench.plots
+	$(BIN)/python -m bench.report
 
 lint: install
 	$(BIN)/ruff check .

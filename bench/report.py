@@ -29,6 +29,7 @@ from `bench/results/*.json` (raw numbers) every time a benchmark runs. Reproduce
 .venv/bin/python -m bench.pg_insert_paths                         # ~30 s, a diagnostic
 .venv/bin/python -m bench.recovery [--quick]                      # ~15 min; --quick ~5 min
 .venv/bin/python -m bench.scale [--quick]                         # 100 and 1,000 agents
+.venv/bin/python -m bench.plots                                   # the PNGs (matplotlib)
 .venv/bin/python -m bench.report                                  # re-render this page only
 ```
 
@@ -591,16 +592,24 @@ def render(
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
     lines += ["", *what_dominates(pipeline, training)]
     if pipeline:
+        lines += plot_lines("metrics_pipeline", "Ingest and latency")
         lines += ingest_section(pipeline)
         lines += pg_paths_section(pg_paths) if pg_paths else []
         lines += latency_section(pipeline) + profile_section(pipeline)
     if training:
         lines += training_section(training)
     if recovery:
-        lines += recovery_section(recovery)
+        lines += recovery_section(recovery) + plot_lines("recovery", "Recovery times")
     if scale:
-        lines += scale_section(scale)
+        lines += scale_section(scale) + plot_lines("scale", "Scale")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def plot_lines(name: str, title: str) -> list[str]:
+    """The image `bench.plots` drew for these results, when there is one."""
+    if not (DOC.parent / "bench-plots" / f"{name}.png").exists():
+        return []
+    return [f"![{title}](bench-plots/{name}.png)", ""]
 
 
 def write() -> Path:

@@ -1,0 +1,138 @@
+"""PNG plots for docs/benchmarks.md, drawn with matplotlib from bench/results/*.json.
+
+    .venv/bin/python -m bench.plots      (make bench runs it after the benchmarks)
+
+Only for results that exist; matplotlib is the `bench` extra, not a dependency of Strata.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.harness import REPO, RESULTS
+
+PLOTS = REPO / "docs" / "bench-plots"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None  # type: ignore[no-any-return]
+
+
+def _errors(spreads: list[dict[str, float]]) -> list[list[float]]:
+    """matplotlib's asymmetric error bars: distances from the median to min and to max."""
+    return [[s["median"] - s["min"] for s in spreads], [s["max"] - s["median"] for s in spreads]]
+
+
+def recovery_plot(recovery: dict[str, Any], out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    names = list(recovery["scenarios"])
+    spreads = [recovery["scenarios"][n]["seconds"] for n in names]
+    floor = recovery["tensorflow_import_seconds"]["median"]
+    figure, axes = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    axes.bar(names, [s["median"] for s in spreads], yerr=_errors(spreads), capsize=4)
+    axes.axhline(floor, color="grey", linestyle="--", label=f"TensorFlow import ({floor:.1f} s)")
+    axes.axhline(floor + 1, color="tab:red", linestyle=":", label="worker target (import + 1 s)")
+    axes.set_ylabel("kill → training resumed (s)")
+    axes.set_title("Recovery, median with min-max")
+    axes.legend(loc="upper left", fontsize=8)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+
+
+def scale_plot(scale: dict[str, Any], out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    runs = sorted(scale["runs"], key=lambda r: r["agents"])
+    agents = [r["agents"] for r in runs]
+    figure, (latency, placing) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    for key, label in (
+        ("get_jobs", "GET /jobs"),
+        ("get_cluster", "GET /cluster"),
+        ("post_jobs", "POST /jobs"),
+    ):
+        latency.plot(agents, [r[key]["p99_ms"] for r in runs], marker="o", label=f"{label} p99")
+    latency.axhline(100, color="tab:red", linestyle=":", label="GET /jobs target (100 ms)")
+    latency.set_xscale("log")
+    latency.set_xlabel("simulated agents")
+    latency.set_ylabel("ms")
+    latency.legend(fontsize=8)
+    latency.set_title("API latency with every agent heartbeating")
+    placing.plot(
+        agents,
+        [r["place_and_start_seconds"] for r in runs],
+        marker="o",
+        label="N jobs placed and running (s)",
+    )
+    placing.plot(
+        agents,
+        [r["server_cores_heartbeats_only"] for r in runs],
+        marker="s",
+        label="server cores on heartbeats",
+    )
+    placing.set_xscale("log")
+    placing.set_xlabel("simulated agents (N jobs, 10 N tasks)")
+    placing.legend(fontsize=8)
+    placing.set_title("Placement and heartbeat load")
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+
+
+def pipeline_plot(pipeline: dict[str, Any], out: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure, (ingest, latency) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    databases = [d for d in ("sqlite", "postgresql") if d in pipeline]
+    spreads = [pipeline[d]["ingest"]["points_per_s"] for d in databases]
+    ingest.bar(databases, [s["median"] for s in spreads], yerr=_errors(spreads), capsize=4)
+    target = pipeline["targets"]["ingest_points_per_s"]
+    ingest.axhline(target, color="tab:red", linestyle=":", label=f"target ({target:,})")
+    ingest.set_ylabel("points/s stored and acked")
+    ingest.set_title("Ingest")
+    ingest.legend(fontsize=8)
+    labels, p50, p99 = [], [], []
+    for database in databases:
+        for scenario in pipeline[database].get("latency", []):
+            labels.append(f"{database}\n{scenario['rate']:,}/s")
+            p50.append(scenario["p50_ms"]["median"])
+            p99.append(scenario["p99_ms"]["median"])
+    positions = range(len(labels))
+    latency.bar([p - 0.2 for p in positions], p50, width=0.4, label="p50")
+    latency.bar([p + 0.2 for p in positions], p99, width=0.4, label="p99")
+    latency.axhline(
+        pipeline["targets"]["latency_p99_ms"], color="tab:red", linestyle=":", label="p99 target"
+    )
+    latency.set_xticks(list(positions), labels, fontsize=8)
+    latency.set_ylabel("put() → websocket (ms)")
+    latency.set_title("Callback → subscriber latency")
+    latency.legend(fontsize=8)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+
+
+def draw() -> list[Path]:
+    """Draws every plot whose results exist; the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, plot in (
+        ("recovery", recovery_plot),
+        ("scale", scale_plot),
+        ("metrics_pipeline", pipeline_plot),
+    ):
+        data = _load(name)
+        if data is not None:
+            out = PLOTS / f"{name}.png"
+            plot(data, out)
+            written.append(out)
+    return written
+
+
+if __name__ == "__main__":
+    for path in draw():
+        print(path)
