@@ -9,8 +9,9 @@ runs until training is seen going again, read from the job's own stream (metric 
 the wall time at which the runtime observed them, on this same machine):
 
 * worker: SIGKILL worker:1. The coordinator carries on with worker:0, and Strata restarts
-  worker:1 alone; resumed = the first `worker:1/closures_done` point above its count at the
-  kill (the chief polls coordinator health about once a second, so ±1 s).
+  worker:1 alone; resumed = the first rise of `worker:1/closures_done` over its count a full
+  poll period (1.5 s) after the kill (the chief polls coordinator health about once a
+  second, so ±1 s; the wait keeps closures finished just before the kill from counting).
 * ps: SIGKILL ps:0. Strata restarts ps:0 and the chief, which restores its last backup;
   resumed = the first `batch/*` point of the new chief attempt.
 * chief: SIGKILL chief:0; resumed as for ps.
@@ -151,11 +152,21 @@ def first_batch_point(
 
 
 def worker_back(killed_at: float) -> Finder:
+    """The first rise of worker:1's closure count after the kill, measured from a poll that
+    came a full health-poll period after it: closures finished just before the kill are
+    reported by the next poll, and must not count as the worker being back."""
+
     def find(frames: list[dict[str, Any]]) -> float | None:
-        done = [p for _, p in points(frames, "chief:0") if p["name"] == "worker:1/closures_done"]
-        before = max((p["value"] for p in done if p["wall_time"] <= killed_at), default=0.0)
-        after = [p for p in done if p["wall_time"] > killed_at + 0.5 and p["value"] > before]
-        return float(after[0]["wall_time"]) if after else None
+        done = [
+            p
+            for _, p in points(frames, "chief:0")
+            if p["name"] == "worker:1/closures_done" and p["wall_time"] > killed_at + 1.5
+        ]
+        if not done:
+            return None
+        base = done[0]["value"]
+        later = [p for p in done[1:] if p["value"] > base]
+        return float(later[0]["wall_time"]) if later else None
 
     return find
 
@@ -273,10 +284,18 @@ def main(argv: list[str] | None = None) -> int:
         results["checkpoint_now"] = checkpoint_now(cluster, 3 if args.quick else 8)
         for scenario in scenarios:
             measured[scenario] = [run_once(cluster, scenario, run) for run in range(runs)]
-    results["scenarios"] = {
-        name: {"runs": found, "seconds": spread([r["seconds"] for r in found])}
-        for name, found in measured.items()
-    }
+    previous = RESULTS / "recovery.json"
+    if args.only and previous.exists():
+        # Scenarios not run this time keep their last results.
+        results["scenarios"] = json.loads(previous.read_text()).get("scenarios", {})
+    else:
+        results["scenarios"] = {}
+    results["scenarios"].update(
+        {
+            name: {"runs": found, "seconds": spread([r["seconds"] for r in found])}
+            for name, found in measured.items()
+        }
+    )
     results["runs_per_scenario"] = runs
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "recovery.json").write_text(json.dumps(results, indent=2) + "\n")
