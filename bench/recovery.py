@@ -215,7 +215,7 @@ def run_once(cluster: Cluster, scenario: str, run: int) -> dict[str, Any]:
     victim: subprocess.Popen[bytes] | None = None
     if scenario == "host":
         victim = cluster.start_agent(
-            f"{VICTIM}-{run}", gpus=4, ports=f"{48000 + 100 * run}-{48099 + 100 * run}"
+            f"{VICTIM}-{run}", gpus=4, ports=f"{28000 + 100 * run}-{28099 + 100 * run}"
         )
         cluster.wait_host(f"{VICTIM}-{run}", "online")
     job = cluster.submit(job_spec(f"recovery-{scenario}-{run}"))

@@ -42,7 +42,7 @@ def default_address(server_url: str) -> str:
 def parse_port_range(text: str) -> tuple[int, int]:
     low, sep, high = text.partition("-")
     if not sep or not low.isdigit() or not high.isdigit():
-        raise ValueError(f"port range {text!r} must look like 42000-42999")
+        raise ValueError(f"port range {text!r} must look like 20000-20999")
     first, last = int(low), int(high)
     if not 1024 <= first <= last <= 65535:
         raise ValueError(f"port range {text!r} must lie within 1024-65535, low to high")

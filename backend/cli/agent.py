@@ -26,7 +26,13 @@ def agent(
         int | None,
         typer.Option(min=0, max=64, help="Declare N simulated GPUs (default: NVML discovery)."),
     ] = None,
-    port_range: Annotated[str, typer.Option(help="Ports for this host's tasks.")] = "42000-42999",
+    port_range: Annotated[
+        str,
+        typer.Option(
+            help="Ports for this host's tasks; keep them below the kernel's ephemeral range "
+            "(32768-60999 on Linux) so no outgoing connection can be holding one."
+        ),
+    ] = "20000-20999",
     workspace: Annotated[
         Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
     ] = Path(),

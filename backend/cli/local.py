@@ -20,7 +20,9 @@ from backend.config import Settings
 log = logging.getLogger(__name__)
 
 DEMO_SPEC = Path("examples/digits_ps.yaml")
-AGENT_PORT_BASE = 42000
+# Below the kernel's ephemeral ports (32768-60999 on Linux): an outgoing connection or a
+# test's throwaway server never holds a port a task is about to bind.
+AGENT_PORT_BASE = 20000
 AGENT_PORTS_EACH = 100
 
 

@@ -138,7 +138,7 @@ def test_job_too_big_waits_then_runs_when_an_agent_with_room_joins(cluster: Clus
     assert waiting["status"] == "pending"
     assert waiting["reason"] == "chief:0 needs 3 GPUs on one host; the most free on any host is 2"
 
-    cluster.start_agent("big-host", gpus=4, ports="44000-44099")
+    cluster.start_agent("big-host", gpus=4, ports="25000-25099")
     done = cluster.wait_status(job["id"], "succeeded", timeout=60)
     assert done["tasks"][0]["host"] == "big-host"
     assert done["tasks"][0]["gpus"] == [0, 1, 2]
@@ -161,7 +161,7 @@ def test_cancel_stops_every_task(cluster: Cluster) -> None:
 
 
 def test_killed_agent_is_noticed_and_its_tasks_die_with_it(cluster: Cluster) -> None:
-    doomed = cluster.start_agent("doomed-host", gpus=8, ports="45000-45099")
+    doomed = cluster.start_agent("doomed-host", gpus=8, ports="26000-26099")
     cluster.wait_host("doomed-host", "online")
     # 5 GPUs fit only on the new host; with no restarts the job must fail with it.
     spec = python_job("on-doomed", "import time; time.sleep(600)", gpus=5)

@@ -152,7 +152,7 @@ def test_exit_code_policy_does_not_retry_a_program_error(cluster: Cluster) -> No
 
 
 def test_a_lost_host_is_re_placed_and_the_job_completes(cluster: Cluster) -> None:
-    doomed = cluster.start_agent("doomed-replace", gpus=8, ports="47000-47099")
+    doomed = cluster.start_agent("doomed-replace", gpus=8, ports="27000-27099")
     cluster.wait_host("doomed-replace", "online")
     code = (
         "import os, time\n"

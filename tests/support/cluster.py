@@ -249,7 +249,7 @@ def split_cluster(
         cluster.start_server()
         for index in range(agents):
             cluster.start_agent(
-                f"split-{index}", gpus_per_agent, f"{46000 + 100 * index}-{46099 + 100 * index}"
+                f"split-{index}", gpus_per_agent, f"{24000 + 100 * index}-{24099 + 100 * index}"
             )
         for index in range(agents):
             cluster.wait_host(f"split-{index}", "online")
