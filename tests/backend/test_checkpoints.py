@@ -21,23 +21,15 @@ from agents.protocol import (
     CheckpointSaved,
     Command,
     CommandFailed,
-    TaskHello,
     TaskWelcome,
-    runtime_server_message,
 )
-from backend.app import create_app
 from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
-from tests.conftest import ADMIN_TOKEN, make_settings
+from tests.conftest import ADMIN_TOKEN
 from tests.support.factories import make_spec
+from tests.support.runtime_channel import reply, runtime
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-@pytest.fixture
-def client(database_url: str, tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings(database_url, tmp_path / "data"))) as test_client:
-        yield test_client
 
 
 def submit(client: TestClient, base: str = "parameter_server", **overrides: Any) -> int:
@@ -59,19 +51,12 @@ def set_status(client: TestClient, job_id: int, status: JobStatus) -> None:
 
 
 @contextmanager
-def runtime(
+def welcomed(
     client: TestClient, job_id: int, task: str = "chief:0"
 ) -> Iterator[WebSocketTestSession]:
-    token = client.app.state.tokens.task_token(job_id)  # type: ignore[attr-defined]
-    headers = {"Authorization": f"Bearer {token}"}
-    with client.websocket_connect("/tasks/connect", headers=headers) as ws:
-        ws.send_text(TaskHello(task=task, attempt=0).model_dump_json())
+    with runtime(client, job_id, task) as ws:
         assert isinstance(reply(ws), TaskWelcome)
         yield ws
-
-
-def reply(ws: WebSocketTestSession) -> object:
-    return runtime_server_message.validate_json(ws.receive_text())
 
 
 def saved(name: str, step: int, **fields: Any) -> CheckpointSaved:
@@ -97,7 +82,7 @@ def test_reports_are_stored_once_listed_newest_first_and_retention_is_recorded(
     client: TestClient,
 ) -> None:
     job_id = submit(client)
-    with runtime(client, job_id) as ws:
+    with welcomed(client, job_id) as ws:
         for name, step in (("ckpt-1", 10), ("ckpt-2", 20), ("ckpt-2", 20)):  # one resent
             ws.send_text(saved(name, step).model_dump_json())
             assert reply(ws) == CheckpointAck(name=name)
@@ -129,7 +114,7 @@ def test_reports_are_stored_once_listed_newest_first_and_retention_is_recorded(
 
 def test_a_report_with_a_path_instead_of_a_name_closes_the_channel(client: TestClient) -> None:
     job_id = submit(client)
-    with runtime(client, job_id) as ws:
+    with welcomed(client, job_id) as ws:
         frame = saved("ckpt-1", 1).model_dump(mode="json") | {"name": "../../etc/passwd"}
         ws.send_text(json.dumps(frame))
         with pytest.raises(WebSocketDisconnect) as closed:
@@ -155,7 +140,7 @@ def test_checkpoint_now_reaches_the_chief_and_answers_when_it_is_written(
 ) -> None:
     job_id = submit(client)
     set_status(client, job_id, JobStatus.running)
-    with runtime(client, job_id) as ws:
+    with welcomed(client, job_id) as ws:
         thread, answers = post_in_thread(client, f"/jobs/{job_id}/checkpoint")
         command = reply(ws)
         assert isinstance(command, Command) and command.action == "checkpoint"
@@ -176,7 +161,7 @@ def test_checkpoint_now_reaches_the_chief_and_answers_when_it_is_written(
 def test_checkpoint_now_reports_the_runtime_failure_and_a_timeout(client: TestClient) -> None:
     job_id = submit(client)
     set_status(client, job_id, JobStatus.running)
-    with runtime(client, job_id) as ws:
+    with welcomed(client, job_id) as ws:
         thread, answers = post_in_thread(client, f"/jobs/{job_id}/checkpoint")
         command = reply(ws)
         assert isinstance(command, Command)

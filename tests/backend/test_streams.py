@@ -9,7 +9,6 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,34 +23,22 @@ from agents.protocol import (
     MetricPoint,
     TaskHello,
     TaskWelcome,
-    runtime_server_message,
 )
-from backend.app import create_app
 from backend.config import async_database_url
 from backend.db import create_engine, session_factory
 from backend.streams.broker import Broker
 from backend.streams.ingest import POSTGRES_WRITERS, AttemptKey, Ingestor
 from backend.streams.models import MetricPoint as StoredPoint
-from tests.conftest import ADMIN_TOKEN, Api, make_settings
+from tests.conftest import ADMIN_TOKEN, Api
 from tests.support.factories import make_spec
+from tests.support.runtime_channel import reply, runtime, task_token
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-@pytest.fixture
-def client(database_url: str, tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings(database_url, tmp_path / "data"))) as test_client:
-        yield test_client
 
 
 def submit(client: TestClient) -> int:
     job_id: int = client.post("/jobs", json=make_spec(), headers=ADMIN).json()["id"]
     return job_id
-
-
-def task_token(client: TestClient, job_id: int) -> dict[str, str]:
-    token = client.app.state.tokens.task_token(job_id)  # type: ignore[attr-defined]
-    return {"Authorization": f"Bearer {token}"}
 
 
 def points(seqs: range, name: str = "loss") -> MetricBatch:
@@ -61,19 +48,6 @@ def points(seqs: range, name: str = "loss") -> MetricBatch:
             for s in seqs
         ]
     )
-
-
-@contextmanager
-def runtime(
-    client: TestClient, job_id: int, task: str = "chief:0"
-) -> Iterator[WebSocketTestSession]:
-    with client.websocket_connect("/tasks/connect", headers=task_token(client, job_id)) as ws:
-        ws.send_text(TaskHello(task=task, attempt=0).model_dump_json())
-        yield ws
-
-
-def reply(ws: WebSocketTestSession) -> object:
-    return runtime_server_message.validate_json(ws.receive_text())
 
 
 def test_batches_are_acked_and_resends_are_not_stored_twice(client: TestClient) -> None:
