@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ SCENARIOS = ("worker", "ps", "chief", "host")
 
 # Looks through the frames seen so far; the wall time of what it looks for, once it is there.
 Finder = Callable[[list[dict[str, Any]]], float | None]
+# The extra agent a host-loss scenario kills: its name and its process.
+Victim = tuple[str, "subprocess.Popen[bytes]"]
 
 
 def job_spec(name: str) -> dict[str, Any]:
@@ -171,20 +173,32 @@ def worker_back(killed_at: float) -> Finder:
     return find
 
 
-def checkpoint_now(cluster: Cluster, requests: int) -> dict[str, Any]:
-    """Checkpoint-now on a running job, `requests` times, a second apart."""
-    job = cluster.submit(job_spec("checkpoint-now"))
-    job_id = job["id"]
+@contextlib.contextmanager
+def training_job(cluster: Cluster, name: str, batch_points: int) -> Iterator[tuple[int, Watch]]:
+    """A PS job watched on its stream from the moment the chief has reported `batch_points`
+    batch points (steady training); cancelled, with every process gone, afterwards."""
+    job_id: int = cluster.submit(job_spec(name))["id"]
     watch = Watch(cluster, job_id)
     try:
         watch.until(
             lambda frames: (
                 1.0
-                if any(p["name"].startswith("batch/") for _, p in points(frames, "chief:0"))
+                if sum(1 for _, p in points(frames, "chief:0") if p["name"].startswith("batch/"))
+                >= batch_points
                 else None
             ),
             timeout=300,
         )
+        yield job_id, watch
+    finally:
+        watch.close()
+        cluster.http.post(f"/jobs/{job_id}/cancel")
+        wait_no_processes(job_id, timeout=60)
+
+
+def checkpoint_now(cluster: Cluster, requests: int) -> dict[str, Any]:
+    """Checkpoint-now on a running job, `requests` times, a second apart."""
+    with training_job(cluster, "checkpoint-now", batch_points=1) as (job_id, _):
         written, round_trips = [], []
         for _ in range(requests):
             began = time.monotonic()
@@ -193,17 +207,13 @@ def checkpoint_now(cluster: Cluster, requests: int) -> dict[str, Any]:
             answer.raise_for_status()
             written.append(answer.json()["seconds"])
             time.sleep(1.0)
-        print(f"  checkpoint now: written after {[round(w, 2) for w in written]} s", flush=True)
-        return {
-            "requests": requests,
-            "written_seconds": written,
-            "seconds": spread(written),
-            "round_trip_seconds": spread(round_trips),
-        }
-    finally:
-        watch.close()
-        cluster.http.post(f"/jobs/{job_id}/cancel")
-        wait_no_processes(job_id, timeout=60)
+    print(f"  checkpoint now: written after {[round(w, 2) for w in written]} s", flush=True)
+    return {
+        "requests": requests,
+        "written_seconds": written,
+        "seconds": spread(written),
+        "round_trip_seconds": spread(round_trips),
+    }
 
 
 def task_pid(cluster: Cluster, job_id: int, name: str) -> int:
@@ -211,57 +221,48 @@ def task_pid(cluster: Cluster, job_id: int, name: str) -> int:
     return int(task["pid"])
 
 
+def kill_and_time(
+    cluster: Cluster, scenario: str, job_id: int, watch: Watch, victim: Victim | None
+) -> float:
+    """Kill what the scenario names; seconds until the stream shows training again."""
+    placed = cluster.job(job_id)
+    killed_at = time.time()
+    if scenario == "worker":
+        os.kill(task_pid(cluster, job_id, "worker:1"), signal.SIGKILL)
+        return watch.until(worker_back(killed_at), timeout=180) - killed_at
+    if scenario in ("ps", "chief"):
+        os.kill(
+            task_pid(cluster, job_id, "ps:0" if scenario == "ps" else "chief:0"), signal.SIGKILL
+        )
+        return watch.until(first_batch_point(1, killed_at), timeout=180) - killed_at
+    assert victim is not None
+    name, process = victim
+    hosts = {t["host"] for t in placed["tasks"]}
+    assert name in hosts, f"nothing of the job on {name}: {hosts}"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    return watch.until(first_batch_point(1, killed_at), timeout=240) - killed_at
+
+
 def run_once(cluster: Cluster, scenario: str, run: int) -> dict[str, Any]:
-    victim: subprocess.Popen[bytes] | None = None
+    victim: Victim | None = None
     if scenario == "host":
-        victim = cluster.start_agent(
-            f"{VICTIM}-{run}", gpus=4, ports=f"{28000 + 100 * run}-{28099 + 100 * run}"
+        name = f"{VICTIM}-{run}"
+        victim = (
+            name,
+            cluster.start_agent(name, gpus=4, ports=f"{28000 + 100 * run}-{28099 + 100 * run}"),
         )
-        cluster.wait_host(f"{VICTIM}-{run}", "online")
-    job = cluster.submit(job_spec(f"recovery-{scenario}-{run}"))
-    job_id = job["id"]
-    watch = Watch(cluster, job_id)
-    try:
-        # Steady training: a few batch points from the first chief attempt.
-        watch.until(
-            lambda frames: (
-                1.0
-                if sum(1 for a, p in points(frames, "chief:0") if p["name"].startswith("batch/"))
-                >= 5
-                else None
-            ),
-            timeout=300,
-        )
-        placed = cluster.job(job_id)
-        killed_at = time.time()
-        if scenario == "worker":
-            os.kill(task_pid(cluster, job_id, "worker:1"), signal.SIGKILL)
-            resumed = watch.until(worker_back(killed_at), timeout=180)
-        elif scenario in ("ps", "chief"):
-            name = "ps:0" if scenario == "ps" else "chief:0"
-            os.kill(task_pid(cluster, job_id, name), signal.SIGKILL)
-            resumed = watch.until(first_batch_point(1, killed_at), timeout=180)
-        else:
-            assert victim is not None
-            hosts = {t["host"] for t in placed["tasks"]}
-            assert f"{VICTIM}-{run}" in hosts, f"nothing of the job on the victim: {hosts}"
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
-            resumed = watch.until(first_batch_point(1, killed_at), timeout=240)
-        seconds = resumed - killed_at
+        cluster.wait_host(name, "online")
+    with training_job(cluster, f"recovery-{scenario}-{run}", batch_points=5) as (job_id, watch):
+        seconds = kill_and_time(cluster, scenario, job_id, watch, victim)
         after = cluster.job(job_id)
-        result = {
-            "scenario": scenario,
-            "seconds": round(seconds, 2),
-            "restart_count": after["restart_count"],
-            "attempts": {t["name"]: t["attempt"] for t in after["tasks"]},
-        }
-        print(f"  {scenario} run {run}: training resumed {seconds:.2f}s after the kill", flush=True)
-        return result
-    finally:
-        watch.close()
-        cluster.http.post(f"/jobs/{job_id}/cancel")
-        wait_no_processes(job_id, timeout=60)
+    print(f"  {scenario} run {run}: training resumed {seconds:.2f}s after the kill", flush=True)
+    return {
+        "scenario": scenario,
+        "seconds": round(seconds, 2),
+        "restart_count": after["restart_count"],
+        "attempts": {t["name"]: t["attempt"] for t in after["tasks"]},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
