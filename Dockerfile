@@ -61,12 +61,17 @@ RUN set -eu; \
 
 # ---- the image ----
 FROM ${PYTHON_IMAGE}
-# A non-root user; /var/lib/strata holds the server's data and the shared checkpoint volume
-# (a named volume takes this ownership when it is first mounted).
+# A non-root user; /var/lib/strata holds the server's data, the shared checkpoint volume and
+# the secrets (a named volume takes a folder's owner and mode when it is first mounted there).
+# The server's secrets folder stays traversable: PostgreSQL reads the database password from
+# it as its own user. The agents' one is theirs alone.
 RUN groupadd --gid 10001 strata \
     && useradd --uid 10001 --gid strata --no-create-home --home-dir /var/lib/strata \
         --shell /usr/sbin/nologin strata \
-    && mkdir -p /var/lib/strata/data /var/lib/strata/checkpoints /app \
+    && mkdir -p /var/lib/strata/data /var/lib/strata/checkpoints /var/lib/strata/secrets \
+        /var/lib/strata/agent-secrets /app \
+    && chmod 755 /var/lib/strata/secrets \
+    && chmod 700 /var/lib/strata/agent-secrets \
     && chown -R strata:strata /var/lib/strata
 # The agents' workspace: jobs' working_dir (.) resolves here, so `python examples/digits.py`
 # runs the examples that `strata submit examples/...` names.

@@ -5,8 +5,9 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
 
 DEFAULT_DATA_DIR = Path.home() / ".strata"
 # The dashboard as `make ui` builds it in a checkout (npm run build in frontend/).
@@ -24,6 +25,13 @@ class Settings(BaseSettings):
     )
     api_token: SecretStr | None = Field(default=None, description="Admin token for REST and CLI.")
     agent_token: SecretStr | None = Field(default=None, description="Token agents join with.")
+    # The *_FILE convention of container secrets: the value is read from a file, so that it
+    # never sits in the process environment or in `docker inspect`. A value given directly wins.
+    api_token_file: Path | None = Field(default=None, description="A file holding api_token.")
+    agent_token_file: Path | None = Field(default=None, description="A file holding agent_token.")
+    database_password_file: Path | None = Field(
+        default=None, description="A file holding the password for database_url's user."
+    )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     checkpoint_root: Path | None = Field(
@@ -50,6 +58,16 @@ class Settings(BaseSettings):
     def _absolute_data_dir(cls, value: Path) -> Path:
         return value.expanduser().resolve()
 
+    @model_validator(mode="after")
+    def _tokens_from_files(self) -> Settings:
+        if self.api_token is None and self.api_token_file is not None:
+            self.api_token = SecretStr(read_secret_file(self.api_token_file, "api_token_file"))
+        if self.agent_token is None and self.agent_token_file is not None:
+            self.agent_token = SecretStr(
+                read_secret_file(self.agent_token_file, "agent_token_file")
+            )
+        return self
+
     @property
     def checkpoints(self) -> Path:
         return (self.checkpoint_root or self.data_dir / "checkpoints").expanduser().resolve()
@@ -62,7 +80,11 @@ class Settings(BaseSettings):
     def resolved_database_url(self) -> str:
         """The async SQLAlchemy URL the server connects with."""
         if self.database_url:
-            return async_database_url(self.database_url)
+            url = async_database_url(self.database_url)
+            if self.database_password_file is None:
+                return url
+            password = read_secret_file(self.database_password_file, "database_password_file")
+            return make_url(url).set(password=password).render_as_string(hide_password=False)
         return f"sqlite+aiosqlite:///{self.data_dir / 'strata.db'}"
 
 
@@ -86,3 +108,14 @@ def async_database_url(url: str) -> str:
     raise ValueError(
         f"database URL scheme {scheme!r} is not supported (expected sqlite:// or postgresql://)"
     )
+
+
+def read_secret_file(path: Path, setting: str) -> str:
+    """The secret in `path`: its text without the trailing newline that editors and echo add."""
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+    if not value:
+        raise ValueError(f"{setting}: {path} is empty")
+    return value

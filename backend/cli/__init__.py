@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from backend.cli import agent, client, server
+from backend.cli import agent, client, secrets, server
 
 app = typer.Typer(
     name="strata",
@@ -14,6 +14,7 @@ app = typer.Typer(
 )
 server.register(app)
 agent.register(app)
+secrets.register(app)
 client.register(app)
 
 

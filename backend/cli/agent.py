@@ -11,13 +11,23 @@ from typing import Annotated
 import typer
 
 from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
+from backend.config import read_secret_file
 
 
 def agent(
     server: Annotated[str, typer.Option(envvar="STRATA_SERVER", help="Server URL.")],
     token: Annotated[
-        str, typer.Option(envvar="STRATA_AGENT_TOKEN", help="Agent join token.", show_default=False)
-    ],
+        str | None,
+        typer.Option(envvar="STRATA_AGENT_TOKEN", help="Agent join token.", show_default=False),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="STRATA_AGENT_TOKEN_FILE",
+            help="A file holding the join token (instead of --token).",
+            show_default=False,
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Host name (default: hostname).")] = None,
     address: Annotated[
         str | None, typer.Option(help="Address other hosts reach this host's tasks at.")
@@ -46,11 +56,12 @@ def agent(
         ports = parse_port_range(port_range)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--port-range") from None
+    join_token = _join_token(token, token_file)
     if not workspace.is_dir():
         raise typer.BadParameter(f"{workspace} is not a directory", param_hint="--workspace")
     config = AgentConfig(
         server_url=server,
-        token=token,
+        token=join_token,
         name=name or socket.gethostname(),
         address=address or default_address(server),
         port_range=ports,
@@ -58,6 +69,27 @@ def agent(
         gpus=gpus,
     )
     asyncio.run(Agent(config).run())
+
+
+def _join_token(token: str | None, token_file: Path | None) -> str:
+    if token and token_file is not None:
+        raise typer.BadParameter(
+            "give the join token once: --token (STRATA_AGENT_TOKEN) or --token-file "
+            "(STRATA_AGENT_TOKEN_FILE), not both",
+            param_hint="--token-file",
+        )
+    if token:
+        return token
+    if token_file is None:
+        raise typer.BadParameter(
+            "the agent needs the server's join token: --token (STRATA_AGENT_TOKEN) or "
+            "--token-file (STRATA_AGENT_TOKEN_FILE)",
+            param_hint="--token",
+        )
+    try:
+        return read_secret_file(token_file, "--token-file")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--token-file") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
 from backend.app import create_app
@@ -36,7 +36,16 @@ DataDirOption = Annotated[
 def _settings(**overrides: object) -> Settings:
     """Environment settings, with the command line's explicit options on top."""
     given = {key: value for key, value in overrides.items() if value is not None}
-    return Settings(**given)  # type: ignore[arg-type]
+    try:
+        return Settings(**given)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            console.print(
+                f"[red]error:[/red] {where + ': ' if where else ''}{message}", soft_wrap=True
+            )
+        raise typer.Exit(2) from None
 
 
 def _serve(settings: Settings) -> None:
@@ -60,8 +69,9 @@ def server(
     settings = _settings(host=host, port=port, database_url=db, data_dir=data_dir)
     if settings.api_token is None or settings.agent_token is None:
         console.print(
-            "[red]error:[/red] set STRATA_API_TOKEN and STRATA_AGENT_TOKEN "
-            "(or use `strata up`, which makes them)"
+            "[red]error:[/red] set STRATA_API_TOKEN and STRATA_AGENT_TOKEN, or "
+            "STRATA_API_TOKEN_FILE and STRATA_AGENT_TOKEN_FILE (`strata init-secrets` makes "
+            "those files; `strata up` makes its own tokens)"
         )
         raise typer.Exit(2)
     _serve(settings)
@@ -100,7 +110,7 @@ def up(
 ) -> None:
     """Run the whole control plane on this machine: server and local agents, SQLite by default."""
     data_dir = data_dir.expanduser().resolve()
-    env = Settings()
+    env = _settings()
     stored = load_or_create_tokens(data_dir)
     api_token = env.api_token or SecretStr(stored["api"])
     agent_token = env.agent_token or SecretStr(stored["agent"])

@@ -72,16 +72,30 @@ def test_the_example_runs_across_two_agent_containers_on_postgres(
         assert len(hosts[agent]["devices"]) == 2
     dashboard = cluster.http.get("/ui/")
     assert dashboard.status_code == 200 and "<script" in dashboard.text
-    # The secrets reached the containers from .env at `up`, not through the image.
+    # The secrets were made at the first `up` and reach the processes as files: they are in
+    # no image and in no container's environment, and the agents, where training code runs,
+    # hold the agent token only.
     engine = cluster.project.engine
     built = engine.docker("image", "inspect", cluster.image) + engine.docker(
         "history", "--no-trunc", cluster.image
     )
-    assert not [key for key, value in cluster.secrets.items() if value in built]
-    server_env = engine.docker(
-        "inspect", "--format", "{{json .Config.Env}}", cluster.project.container("server")
-    )
-    assert cluster.api_token in server_env  # the check above can see a token where there is one
+    assert not [name for name, value in cluster.secrets.items() if value in built]
+    for service in ("db", "server", *AGENTS):
+        env = engine.docker(
+            "inspect", "--format", "{{json .Config.Env}}", cluster.project.container(service)
+        )
+        assert "_FILE=" in env, (service, env)  # what it reads its secrets from
+        assert not [name for name, value in cluster.secrets.items() if value in env], service
+    for agent in AGENTS:
+        assert cluster.project.exec(agent, "ls", "/var/lib/strata").split() == [
+            "agent-secrets",
+            "checkpoints",
+            "data",
+            "secrets",  # the image's empty mount point: no volume there
+        ]
+        assert cluster.project.exec(agent, "ls", "-A", "/var/lib/strata/secrets").split() == []
+        held = cluster.project.exec(agent, "cat", "/var/lib/strata/agent-secrets/agent-token")
+        assert held.strip() == cluster.secrets["agent-token"]
 
     # What the README tells a user to type, from the checkout, against the published port:
     # --follow streams the job over the websocket and exits 0 once it has succeeded.

@@ -62,6 +62,9 @@ set -eu
 : "${PGDATA:=/var/lib/postgresql/data}"
 : "${POSTGRES_USER:=postgres}"
 : "${POSTGRES_DB:=$POSTGRES_USER}"
+if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+    POSTGRES_PASSWORD=$(cat "$POSTGRES_PASSWORD_FILE")
+fi
 if [ "${1:-postgres}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
     : "${POSTGRES_PASSWORD:?the postgres image needs POSTGRES_PASSWORD}"
     pwfile=$(mktemp)
@@ -166,7 +169,8 @@ class Engine:
 
 
 def _client_env() -> dict[str, str]:
-    # The tokens and names of the compose project come from its .env file, never from here.
+    # Nothing of this process's Strata settings leaks into the compose project: it makes its
+    # own secrets, and ComposeProject.variables is all it is given.
     return {
         key: value
         for key, value in os.environ.items()
@@ -297,7 +301,8 @@ def stand_in_rootfs(log: Path) -> Path:
     """A Debian bookworm rootfs tarball for both stand-ins, cached by its recipe.
 
     python3.11 with venv support, and PostgreSQL 15 with the official image's entrypoint
-    interface (POSTGRES_USER/PASSWORD/DB, PGDATA=/var/lib/postgresql/data).
+    interface (POSTGRES_USER, POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE, POSTGRES_DB,
+    PGDATA=/var/lib/postgresql/data).
     """
     recipe = hashlib.sha256(POSTGRES_ENTRYPOINT.encode())
     entrypoint = CACHE_DIR / f"entrypoint-{recipe.hexdigest()[:16]}" / "docker-entrypoint.sh"
@@ -434,34 +439,19 @@ def download_wheelhouse(checkout: Path, folder: str, log: Path) -> None:
     )
 
 
-def write_env_file(checkout: Path, *, image: str, port: int) -> dict[str, str]:
-    """`cp .env.example .env`, then new secrets in it, as the README tells users to do."""
-    values = {
-        "STRATA_API_TOKEN": secrets.token_urlsafe(24),
-        "STRATA_AGENT_TOKEN": secrets.token_urlsafe(24),
-        "POSTGRES_PASSWORD": secrets.token_hex(16),
-    }
-    lines = (checkout / ".env.example").read_text().splitlines()
-    for key, value in values.items():
-        index = next((i for i, line in enumerate(lines) if line.startswith(f"{key}=")), None)
-        assert index is not None, f".env.example has no {key}="
-        lines[index] = f"{key}={value}"
-    lines += [f"STRATA_PUBLISH_PORT={port}", f"STRATA_IMAGE={image}"]
-    (checkout / ".env").write_text("\n".join(lines) + "\n")
-    return values
-
-
 @dataclass
 class ComposeProject:
     engine: Engine
     directory: Path
     name: str
     log: Path
+    # What a user may set in .env or the shell (docker-compose.yml's ${...}); no secrets here.
+    variables: dict[str, str]
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True) -> str:
         return run(
             ["docker-compose", "-p", self.name, *args],
-            env=self.engine.env,
+            env={**self.engine.env, **self.variables},
             cwd=self.directory,
             timeout=timeout,
             check=check,
@@ -496,14 +486,14 @@ class ComposeCluster:
     project: ComposeProject
     checkout: Path
     url: str
-    secrets: dict[str, str]  # what write_env_file put into .env
+    secrets: dict[str, str]  # the files the secrets service made, by name
     image: str
     http: httpx.Client
     timings: dict[str, float]
 
     @property
     def api_token(self) -> str:
-        return self.secrets["STRATA_API_TOKEN"]
+        return self.secrets["api-token"]
 
     def job(self, job_id: int) -> dict[str, Any]:
         job: dict[str, Any] = self.http.get(f"/jobs/{job_id}").json()
@@ -634,9 +624,13 @@ def compose_cluster(workdir: Path, agents: Sequence[str]) -> Iterator[ComposeClu
             created_images.extend(bases.created)
             wheels.result()
         port = free_port()
-        env_values = write_env_file(checkout, image=image, port=port)
-        api_token = env_values["STRATA_API_TOKEN"]
-        project = ComposeProject(engine, checkout, name, workdir / "compose.log")
+        project = ComposeProject(
+            engine,
+            checkout,
+            name,
+            workdir / "compose.log",
+            {"STRATA_PUBLISH_PORT": str(port), "STRATA_IMAGE": image},
+        )
         before = engine.image_ids()
         try:
             with timed(timings, "build"):
@@ -671,19 +665,38 @@ def compose_cluster(workdir: Path, agents: Sequence[str]) -> Iterator[ComposeClu
 
         stack.callback(down)
         url = f"http://127.0.0.1:{port}"
-        http = stack.enter_context(
-            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {api_token}"}, timeout=30)
-        )
-        cluster = ComposeCluster(project, checkout, url, env_values, image, http, timings)
         try:
             with timed(timings, "up -d"):
                 project.compose("up", "-d", timeout=600)
                 _wait_healthy(url, 120)
+                # As the compose file's header tells a user: the login is in the secrets
+                # service's output, made on this first `up` (there is no .env).
+                api_token = login_token(project.compose("logs", "--no-color", "secrets"), url)
+                http = stack.enter_context(
+                    httpx.Client(
+                        base_url=url, headers={"Authorization": f"Bearer {api_token}"}, timeout=30
+                    )
+                )
+                stored = {
+                    file: project.exec("server", "cat", f"/var/lib/strata/secrets/{file}").strip()
+                    for file in ("api-token", "agent-token", "database-password")
+                }
+                assert stored["api-token"] == api_token, "the login shown is not the stored token"
+                cluster = ComposeCluster(project, checkout, url, stored, image, http, timings)
                 cluster.wait_hosts(agents, "online", 180)
         except BaseException:
             print(f"compose diagnostics:\n{project.diagnostics()[-20000:]}")
             raise
         yield cluster
+
+
+def login_token(secrets_output: str, url: str) -> str:
+    """The API token from the lines `strata init-secrets --public-url` prints."""
+    found = re.search(r"export STRATA_TOKEN=(\S+)", secrets_output)
+    assert found, f"no STRATA_TOKEN in the secrets service's output:\n{secrets_output}"
+    assert f"export STRATA_SERVER={url}" in secrets_output, secrets_output
+    assert f"Dashboard:   {url}/ui/?token={found[1]}" in secrets_output, secrets_output
+    return found[1]
 
 
 def _timed_call(timings: dict[str, float], step: str, func: Callable[..., T], *args: Any) -> T:
