@@ -113,6 +113,42 @@ def pipeline_plot(pipeline: dict[str, Any], out: Path) -> None:
     plt.close(figure)
 
 
+def launch_plot(launch: dict[str, Any], out: Path) -> None:
+    """Per job, each variant's launch latency and steps/s side by side."""
+    import matplotlib.pyplot as plt
+
+    colours = {"strata": "tab:blue", "hand": "tab:grey", "ray": "tab:orange"}
+    jobs = list(launch["summary"])
+    figure, (latency, speed) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
+    width = 0.27
+    for offset, variant in enumerate(("strata", "hand", "ray")):
+        present = [j for j in jobs if variant in launch["summary"][j]]
+        if not present:
+            continue
+        xs = [jobs.index(j) + (offset - 1) * width for j in present]
+        for axes, key in ((latency, "launch_s"), (speed, "steps_per_s")):
+            spreads = [launch["summary"][j][variant][key] for j in present]
+            axes.bar(
+                xs,
+                [s["median"] for s in spreads],
+                width,
+                yerr=_errors(spreads),
+                capsize=3,
+                color=colours[variant],
+                label=variant,
+            )
+    floor = launch["tensorflow_import_s"]["median"]
+    latency.axhline(floor, color="black", linestyle="--", label=f"TF import ({floor:.1f} s)")
+    for axes, label in ((latency, "request → first step (s)"), (speed, "steps/s")):
+        axes.set_xticks(range(len(jobs)), [j.replace("_", " ") for j in jobs], fontsize=8)
+        axes.set_ylabel(label)
+    latency.set_title("Launch latency")
+    speed.set_title("Training throughput")
+    latency.legend(fontsize=8)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+
+
 def draw() -> list[Path]:
     """Draws every plot whose results exist; the paths written."""
     import matplotlib
@@ -124,6 +160,7 @@ def draw() -> list[Path]:
         ("recovery", recovery_plot),
         ("scale", scale_plot),
         ("metrics_pipeline", pipeline_plot),
+        ("launch", launch_plot),
     ):
         data = _load(name)
         if data is not None:

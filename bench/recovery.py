@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench.recovery [--quick]
 
-A local cluster (`strata up`, two agents, plus a third agent that can be lost) runs the
+A local cluster (`strata server` and two `strata agent` processes, plus a third agent that can
+be lost) runs the
 digits example under parameter_server (1 chief, 2 workers, 1 ps; restart policy on_failure,
 no backoff). Once the chief reports steady batch progress, one part is killed and the clock
 runs until training is seen going again, read from the job's own stream (metric points carry
@@ -18,6 +19,11 @@ the wall time at which the runtime observed them, on this same machine):
 * host: SIGKILL the agent on the third host (its tasks die with it). After the heartbeat
   timeout (4 s here) the host is lost and the job is placed again on the other two;
   resumed = the first `batch/*` point of the new chief attempt.
+* server: SIGKILL `strata server` and start it again at once. The job should not notice:
+  its tasks keep training (no attempt changes) and the runtime holds its points until the
+  server is back. Measured: kill → healthy again, kill → the first point observed after the
+  restart on the job's stream (live again), and how many points were made during the
+  outage and delivered afterwards.
 
 The floor for a restarted process is TensorFlow's import time, measured on its own. Beside
 these, checkpoint now: `POST /jobs/{id}/checkpoint` on the running job, several times, and the
@@ -43,11 +49,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import RESULTS, machine_info, spread
-from tests.support.cluster import Cluster, local_cluster, stream_frames, wait_no_processes
+from tests.support.cluster import (
+    Cluster,
+    SplitCluster,
+    split_cluster,
+    stream_frames,
+    wait_no_processes,
+)
 
 PYTHON = sys.executable
 VICTIM = "victim"
-SCENARIOS = ("worker", "ps", "chief", "host")
+SCENARIOS = ("worker", "ps", "chief", "host", "server")
 
 # Looks through the frames seen so far; the wall time of what it looks for, once it is there.
 Finder = Callable[[list[dict[str, Any]]], float | None]
@@ -244,7 +256,51 @@ def kill_and_time(
     return watch.until(first_batch_point(1, killed_at), timeout=240) - killed_at
 
 
-def run_once(cluster: Cluster, scenario: str, run: int) -> dict[str, Any]:
+def restart_server(cluster: SplitCluster, job_id: int, watch: Watch) -> dict[str, Any]:
+    """Kill the server under a running job and start it again; what the job went through."""
+    before = {t["name"]: t["attempt"] for t in cluster.job(job_id)["tasks"]}
+    watch.close()  # its stream dies with the server
+    killed_at = time.time()
+    cluster.kill_server()
+    cluster.start_server()  # returns once /healthz answers
+    healthy_at = time.time()
+    again = Watch(cluster, job_id)
+    try:
+        live_at = again.until(first_batch_point(before["chief:0"], healthy_at), timeout=120)
+        during = [
+            p
+            for attempt, p in points(again.frames, "chief:0")
+            if attempt == before["chief:0"] and killed_at < p["wall_time"] < healthy_at
+        ]
+    finally:
+        again.close()
+    after = {t["name"]: t["attempt"] for t in cluster.job(job_id)["tasks"]}
+    if after != before:
+        raise RuntimeError(f"a server restart restarted tasks: {before} -> {after}")
+    return {
+        "seconds": round(live_at - killed_at, 2),
+        "outage_seconds": round(healthy_at - killed_at, 2),
+        "points_made_during_outage": len(during),
+    }
+
+
+def run_once(cluster: SplitCluster, scenario: str, run: int) -> dict[str, Any]:
+    if scenario == "server":
+        with training_job(cluster, f"recovery-server-{run}", batch_points=5) as (job_id, watch):
+            found = restart_server(cluster, job_id, watch)
+            after = cluster.job(job_id)
+        print(
+            f"  server run {run}: healthy {found['outage_seconds']:.2f}s and live again "
+            f"{found['seconds']:.2f}s after the kill; {found['points_made_during_outage']} "
+            "points made meanwhile were delivered",
+            flush=True,
+        )
+        return {
+            "scenario": scenario,
+            **found,
+            "restart_count": after["restart_count"],
+            "attempts": {t["name"]: t["attempt"] for t in after["tasks"]},
+        }
     victim: Victim | None = None
     if scenario == "host":
         name = f"{VICTIM}-{run}"
@@ -280,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict[str, list[dict[str, Any]]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="strata-recovery-") as tmp,
-        local_cluster(Path(tmp) / "data") as cluster,
+        split_cluster(Path(tmp) / "data") as cluster,
     ):
         results["checkpoint_now"] = checkpoint_now(cluster, 3 if args.quick else 8)
         for scenario in scenarios:

@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.harness import REPO, RESULTS
 from bench.report_control import recovery_rows, recovery_section, scale_section
+from bench.report_launch import launch_rows, launch_section
 from bench.text import spread_text as _spread
 
 DOC = REPO / "docs" / "benchmarks.md"
@@ -582,11 +583,14 @@ def render(
     pg_paths: dict[str, Any] | None = None,
     recovery: dict[str, Any] | None = None,
     scale: dict[str, Any] | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> str:
     lines = [HEADER, *machine_section(pipeline, training), "## Summary", ""]
     rows = summary_rows(pipeline) if pipeline else []
     if training:
         rows.append(training_summary_row(training))
+    if launch:
+        rows += launch_rows(launch)
     if recovery:
         rows += recovery_rows(recovery)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
@@ -596,6 +600,8 @@ def render(
         lines += ingest_section(pipeline)
         lines += pg_paths_section(pg_paths) if pg_paths else []
         lines += latency_section(pipeline) + profile_section(pipeline)
+    if launch:
+        lines += launch_section(launch) + plot_lines("launch", "Launch latency and throughput")
     if training:
         lines += training_section(training)
     if recovery:
@@ -621,6 +627,7 @@ def write() -> Path:
             _load("pg_insert_paths"),
             recovery=_load("recovery"),
             scale=_load("scale"),
+            launch=_load("launch"),
         )
     )
     return DOC

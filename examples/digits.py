@@ -17,6 +17,7 @@ import argparse
 import io
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -86,15 +87,31 @@ def build_model() -> keras.Model:
 
 
 class EpochLines(keras.callbacks.Callback):
-    """One flushed line per epoch, so whoever streams stdout sees it as it happens."""
+    """One flushed line per epoch, so whoever streams stdout sees it as it happens. The wall
+    time in it lets progress be timed from the log alone."""
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs or {}
         print(
             f"epoch={epoch + 1} loss={float(logs['loss']):.4f} "
-            f"accuracy={float(logs['accuracy']):.4f}",
+            f"accuracy={float(logs['accuracy']):.4f} wall_time={time.time():.3f}",
             flush=True,
         )
+
+
+class FirstStepLine(keras.callbacks.Callback):
+    """One line when the first training step has run: when training really began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # It never reads the batch logs: no copying them to Python at every step for it.
+        self._supports_tf_logs = True
+        self._seen = False
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if not self._seen:
+            self._seen = True
+            print(f"strata-example: first step at wall_time={time.time():.3f}", flush=True)
 
 
 class FailAtEpoch(keras.callbacks.Callback):
@@ -132,7 +149,7 @@ def main() -> int:
     with strategy.scope():
         model = build_model()
 
-    callbacks: list[keras.callbacks.Callback] = [EpochLines()]
+    callbacks: list[keras.callbacks.Callback] = [FirstStepLine(), EpochLines()]
     if args.fail_at_epoch is not None:
         callbacks.append(FailAtEpoch(args.fail_at_epoch))
     model.fit(

@@ -1,0 +1,307 @@
+"""Launch latency and training throughput: Strata against starting the processes by hand.
+
+    .venv/bin/python -m bench.launch [--quick] [--runs N] [--no-ray]
+
+The digits example (examples/digits.py) as two jobs: parameter_server (1 chief, 2 workers,
+1 ps) and multi_worker_mirrored (2 workers), each started three ways, in one run, in an order
+that rotates from run to run:
+
+* strata: `POST /jobs` to a running local cluster (`strata up`, 2 agents x 2 simulated GPUs),
+  streaming on (the job's own callbacks: metrics, backups). No periodic checkpoints: the hand
+  variant writes none either.
+* hand: a shell script that starts the same processes with hand-written TF_CONFIG and the
+  plain tf_keras callbacks (runtime.callbacks() is [] outside Strata), which is what one types
+  without a control plane.
+* ray (multi_worker_mirrored only): Ray Train's TensorflowTrainer running the same model,
+  data and batch (bench/ray_peer.py; `pip install .[bench]` brings ray).
+
+Both Strata and the script run the example unchanged, which prints the wall time of its first
+training step and of every epoch end on the lead task (chief:0, or worker:0): launch latency
+is the time from the request (the POST, the script's start) to that first step, and steps/s
+is read between the first and the last epoch end (the first epoch also traces the graph).
+The floor is TensorFlow's import time in a fresh process, measured alone. Results go to
+bench/results/launch.json; docs/benchmarks.md renders them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.harness import REPO, RESULTS, machine_info, spread
+from bench.recovery import tensorflow_import_seconds
+from tests.support.cluster import Cluster, local_cluster, wait_no_processes
+from tests.support.postgres import free_port
+
+PYTHON = sys.executable
+STRATEGIES = ("parameter_server", "multi_worker_mirrored")
+FIRST_STEP = re.compile(r"strata-example: first step at wall_time=([0-9.]+)")
+EPOCH_END = re.compile(r"^epoch=(\d+) loss=\S+ accuracy=\S+ wall_time=([0-9.]+)")
+
+
+@dataclass(frozen=True)
+class Plan:
+    runs: int
+    epochs: int
+    steps_per_epoch: int
+    batch: int = 64
+    import_repeats: int = 3
+
+
+FULL = Plan(runs=5, epochs=12, steps_per_epoch=40)
+QUICK = Plan(runs=2, epochs=6, steps_per_epoch=30, import_repeats=2)
+
+
+@dataclass
+class Run:
+    launch_s: float  # request → first training step on the lead task
+    steps_per_s: float  # lead task, first epoch end → last epoch end
+
+
+def tasks_of(strategy: str) -> list[tuple[str, int]]:
+    if strategy == "parameter_server":
+        return [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]
+    return [("worker", 0), ("worker", 1)]
+
+
+def lead_task(strategy: str) -> str:
+    return "chief:0" if strategy == "parameter_server" else "worker:0"
+
+
+def entrypoint(plan: Plan) -> list[str]:
+    return [
+        "python",
+        "examples/digits.py",
+        "--epochs",
+        str(plan.epochs),
+        "--steps-per-epoch",
+        str(plan.steps_per_epoch),
+        "--batch",
+        str(plan.batch),
+    ]
+
+
+def read_run(lines: list[str], started: float, plan: Plan) -> Run | None:
+    """The run's figures from the lead task's output, once its last epoch has ended."""
+    first = next((float(m[1]) for line in lines if (m := FIRST_STEP.search(line))), None)
+    ends = {int(m[1]): float(m[2]) for line in lines if (m := EPOCH_END.match(line))}
+    if first is None or plan.epochs not in ends or 1 not in ends:
+        return None
+    steps = plan.steps_per_epoch * (plan.epochs - 1)
+    return Run(
+        launch_s=round(first - started, 3),
+        steps_per_s=round(steps / (ends[plan.epochs] - ends[1]), 2),
+    )
+
+
+# --- by hand -----------------------------------------------------------------------------------
+
+
+def hand_script(strategy: str, plan: Plan, logs: Path) -> str:
+    """What one writes without a control plane: TF_CONFIG per process, all started at once,
+    then wait for the lead task (under parameter_server the workers and the ps serve until
+    stopped, so the script stops them when the chief is done)."""
+    tasks = tasks_of(strategy)
+    cluster: dict[str, list[str]] = {}
+    for role, _ in tasks:
+        cluster.setdefault(role, []).append(f"127.0.0.1:{free_port()}")
+    command = shlex.join([PYTHON, *entrypoint(plan)[1:]])
+    lines = [
+        "#!/bin/sh",
+        f"cd {shlex.quote(str(REPO))}",
+        "export TF_USE_LEGACY_KERAS=1 GRPC_FAIL_FAST=use_caller PYTHONUNBUFFERED=1",
+        f"export STRATA_STRATEGY={strategy}",
+        "pids=",
+    ]
+    for role, index in tasks:
+        config = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+        log = shlex.quote(str(logs / f"{role}-{index}.log"))
+        start = f"TF_CONFIG={shlex.quote(config)} {command} > {log} 2>&1 &"
+        if f"{role}:{index}" == lead_task(strategy):
+            lines += [start, "lead=$!"]
+        else:
+            lines += [start, 'pids="$pids $!"']
+    if strategy == "parameter_server":
+        lines += ["wait $lead", "status=$?", "kill $pids 2>/dev/null", "wait", "exit $status"]
+    else:
+        lines += ["wait $lead", "status=$?", "wait", "exit $status"]
+    return "\n".join(lines) + "\n"
+
+
+def run_by_hand(strategy: str, plan: Plan, workdir: Path) -> Run:
+    logs = Path(tempfile.mkdtemp(prefix=f"hand-{strategy}-", dir=workdir))
+    script = logs / "launch.sh"
+    script.write_text(hand_script(strategy, plan, logs))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRATA_", "TF_CONFIG"))}
+    started = time.time()
+    done = subprocess.run(["sh", str(script)], env=env, timeout=600, check=False)
+    lead = logs / f"{lead_task(strategy).replace(':', '-')}.log"
+    lines = lead.read_text().splitlines()
+    run = read_run(lines, started, plan)
+    if done.returncode != 0 or run is None:
+        raise RuntimeError(f"hand-started {strategy} job failed ({done.returncode}): {lines[-20:]}")
+    return run
+
+
+# --- under Strata ------------------------------------------------------------------------------
+
+
+def job_spec(strategy: str, plan: Plan, number: int) -> dict[str, Any]:
+    replicas: dict[str, Any] = {"worker": {"count": 2, "gpus": 1}, "evaluator": {"count": 0}}
+    if strategy == "parameter_server":
+        replicas |= {"chief": {"count": 1}, "ps": {"count": 1}}
+    return {
+        "name": f"bench-launch-{strategy.replace('_', '-')}-{number}",
+        "strategy": strategy,
+        "entrypoint": entrypoint(plan),
+        "replicas": replicas,
+        "checkpoint": {"every_epochs": None},
+        "restart": {"policy": "never"},
+    }
+
+
+def run_under_strata(cluster: Cluster, strategy: str, plan: Plan, number: int) -> Run:
+    spec = job_spec(strategy, plan, number)
+    started = time.time()
+    job_id: int = cluster.submit(spec)["id"]
+    try:
+        job = cluster.wait_for(
+            job_id, lambda j: j["status"] in ("succeeded", "failed"), 600, "finished"
+        )
+        lines = cluster.logs(job_id, lead_task(strategy))
+        run = read_run(lines, started, plan)
+        if job["status"] != "succeeded" or run is None:
+            raise RuntimeError(f"strata {strategy} job {job_id}: {job['status']}: {lines[-20:]}")
+        return run
+    finally:
+        wait_no_processes(job_id, timeout=60)
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def ray_variant() -> tuple[Any, str] | None:
+    """Ray Train's runner and version, when ray is installed (the bench extra)."""
+    try:
+        from bench import ray_peer
+    except ImportError:
+        return None
+    return ray_peer.ray_mwm_run, ray_peer.ray_version()
+
+
+def variants_for(strategy: str, with_ray: bool) -> list[str]:
+    return (
+        ["strata", "hand", "ray"]
+        if with_ray and strategy == "multi_worker_mirrored"
+        else [
+            "strata",
+            "hand",
+        ]
+    )
+
+
+def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
+    ray = ray_variant() if with_ray else None
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        strategy: {variant: [] for variant in variants_for(strategy, ray is not None)}
+        for strategy in STRATEGIES
+    }
+    with local_cluster(workdir / "cluster", agents=2, gpus_per_agent=2) as cluster:
+        for number in range(plan.runs):
+            for strategy in STRATEGIES:
+                variants = list(runs[strategy])
+                # Rotate the order: whatever drifts during a run favours no variant.
+                shift = number % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    if variant == "strata":
+                        run = run_under_strata(cluster, strategy, plan, number)
+                    elif variant == "hand":
+                        run = run_by_hand(strategy, plan, workdir)
+                    else:
+                        assert ray is not None
+                        result = ray[0](
+                            workers=2,
+                            epochs=plan.epochs,
+                            steps_per_epoch=plan.steps_per_epoch,
+                            batch=plan.batch,
+                            workdir=workdir,
+                        )
+                        run = Run(
+                            launch_s=round(result.launch_seconds, 3),
+                            steps_per_s=round(result.steps_per_second, 2),
+                        )
+                    runs[strategy][variant].append(asdict(run))
+                    print(
+                        f"  run {number + 1} {strategy} {variant}: launch {run.launch_s:.2f} s, "
+                        f"{run.steps_per_s:.1f} steps/s",
+                        flush=True,
+                    )
+    return {"runs": runs, "ray_version": ray[1] if ray is not None else None}
+
+
+def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, Any]:
+    """Per job: each variant's spread, and Strata's ratios to the others run by run."""
+    summary: dict[str, Any] = {}
+    for strategy, variants in runs.items():
+        entry: dict[str, Any] = {}
+        for variant, measured in variants.items():
+            entry[variant] = {
+                "launch_s": spread([r["launch_s"] for r in measured]),
+                "steps_per_s": spread([r["steps_per_s"] for r in measured]),
+            }
+        for other in variants:
+            if other == "strata":
+                continue
+            pairs = list(zip(variants["strata"], variants[other], strict=True))
+            entry[f"strata_vs_{other}"] = {
+                "launch_ratio": spread([s["launch_s"] / o["launch_s"] for s, o in pairs]),
+                "steps_ratio": spread([s["steps_per_s"] / o["steps_per_s"] for s, o in pairs]),
+            }
+        summary[strategy] = entry
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 runs of shorter jobs (~5 min)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per variant")
+    parser.add_argument("--no-ray", action="store_true", help="leave Ray Train out")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    if args.runs is not None:
+        plan = Plan(**{**asdict(plan), "runs": args.runs})
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="strata-bench-launch-") as tmp:
+        workdir = Path(tmp)
+        print(f"launch: TensorFlow import floor ({plan.import_repeats} runs)", flush=True)
+        floor = tensorflow_import_seconds(plan.import_repeats)
+        print(f"  import tensorflow: {floor['median']:.2f} s", flush=True)
+        measured = measure(plan, not args.no_ray, workdir)
+    result = {
+        "machine": machine_info(),
+        "plan": asdict(plan),
+        "quick": args.quick,
+        "tensorflow_import_s": floor,
+        "ray_version": measured["ray_version"],
+        "runs": measured["runs"],
+        "summary": summarise(measured["runs"]),
+        "seconds": round(time.monotonic() - began, 1),
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "launch.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
