@@ -18,7 +18,10 @@ PLOTS = REPO / "docs" / "bench-plots"
 
 def _load(name: str) -> dict[str, Any] | None:
     path = RESULTS / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None  # type: ignore[no-any-return]
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def _errors(spreads: list[dict[str, float]]) -> list[list[float]]:

@@ -595,12 +595,27 @@ def strata_checkpoints_class() -> type:
         return _class
 
 
-def backup_and_restore(directory: str) -> Any:
+def backup_and_restore(
+    directory: str, every_seconds: float, clock: Callable[[], float] = time.monotonic
+) -> Any:
     """tf_keras's BackupAndRestore in ``<dir>/backup``: a restarted chief resumes at the epoch
-    after its last backup (saved at each epoch end; supported under every strategy we run)."""
+    after its last backup (supported under every strategy we run). It backs up at an epoch
+    end once `every_seconds` have passed since the last backup or the start of training
+    (0: at every epoch end), so that short epochs do not pay for a backup each."""
     import tf_keras as keras
 
-    return keras.callbacks.BackupAndRestore(
+    class ThrottledBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
+        def on_train_begin(self, logs: Any = None) -> None:
+            super().on_train_begin(logs)
+            self.last_backup = clock()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if clock() - self.last_backup >= every_seconds:
+                super().on_epoch_end(epoch, logs)
+                # From the end of the save: a slow save does not shorten the next interval.
+                self.last_backup = clock()
+
+    return ThrottledBackupAndRestore(
         backup_dir=os.path.join(directory, BACKUP_SUBDIR), save_freq="epoch"
     )
 
@@ -612,7 +627,8 @@ def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | No
     if directory is None:
         return None
     policy = parse_policy(os.environ.get(POLICY_ENV))
-    return backup_and_restore(directory), strata_checkpoints_class()(directory, policy, sink=sink)
+    backup = backup_and_restore(directory, policy.backup_every_seconds)
+    return backup, strata_checkpoints_class()(directory, policy, sink=sink)
 
 
 def __getattr__(name: str) -> Any:

@@ -236,10 +236,16 @@ def test_make_callbacks_outside_and_inside_strata(
     monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
     monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 3, "keep": 2}')
     names = [type(c).__name__ for c in make_callbacks(sink=FakeSink())]
-    assert names == ["BackupAndRestore", "StrataMetrics", "StrataCheckpoints"]
+    assert names == ["ThrottledBackupAndRestore", "StrataMetrics", "StrataCheckpoints"]
     # Checkpoints are kept even when no metrics go anywhere (a dir set by hand).
     callbacks = make_callbacks(sink=NullSender())
-    assert [type(c).__name__ for c in callbacks] == ["BackupAndRestore", "StrataCheckpoints"]
+    assert [type(c).__name__ for c in callbacks] == [
+        "ThrottledBackupAndRestore",
+        "StrataCheckpoints",
+    ]
+    import tf_keras as keras
+
+    assert isinstance(callbacks[0], keras.callbacks.BackupAndRestore)
     assert callbacks[0].backup_dir == str(tmp_path / "backup")
     assert callbacks[1].keeper.policy == CheckpointPolicy(every_epochs=3, keep=2)
     assert callbacks[1]._supports_tf_logs
@@ -410,7 +416,10 @@ def test_backup_and_restore_resumes_after_a_crash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
-    monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 1, "keep": 10}')
+    monkeypatch.setenv(
+        "STRATA_CHECKPOINT_POLICY",
+        '{"every_epochs": 1, "keep": 10, "backup_every_seconds": 0}',
+    )
     first = FakeSink()
     crashing = Hooks(crash_at=2)
     with pytest.raises(Crash):
@@ -432,6 +441,42 @@ def test_backup_and_restore_resumes_after_a_crash(
     assert second.series("epoch") == [(12, 3.0), (16, 4.0)]
     assert [step for step, _ in second.series("loss")] == [12, 16]
     assert not list((tmp_path / "backup").glob("*"))  # a finished fit drops its backup
+
+
+@pytest.mark.parametrize(
+    ("every_seconds", "resumed_at"),
+    # Epochs end 10, 20, 30 and 40 s into training; it crashes as epoch 4 begins.
+    [(0.0, 4), (25.0, 3), (45.0, 0)],
+)
+def test_backups_wait_for_their_interval(
+    tmp_path: Path, every_seconds: float, resumed_at: int
+) -> None:
+    import tf_keras as keras
+
+    now = [0.0]
+
+    class Clock(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            now[0] += 10.0  # before the backup's own epoch-end hook: it runs after this one
+
+    def clock() -> float:
+        return now[0]
+
+    def backup() -> Any:
+        return ckpts.backup_and_restore(str(tmp_path), every_seconds, clock)
+
+    with pytest.raises(Crash):
+        fit(build_model(), [Clock(), backup(), Hooks(crash_at=4)], epochs=6)
+    resumed = Hooks()
+    fit(build_model(), [backup(), resumed], epochs=6)
+    assert resumed.epochs == list(range(resumed_at, 6))
+
+
+def test_the_backup_interval_comes_from_the_policy() -> None:
+    assert parse_policy(None).backup_every_seconds == 30.0
+    assert parse_policy('{"backup_every_seconds": 0}').backup_every_seconds == 0.0
+    assert parse_policy('{"backup_every_seconds": 2.5}').backup_every_seconds == 2.5
+    assert parse_policy('{"backup_every_seconds": -1}') == CheckpointPolicy()  # warned, default
 
 
 # --- the sidecar evaluator -----------------------------------------------------------------------
