@@ -12,8 +12,25 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 PROTOCOL_VERSION = 1
-MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker
+MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 MAX_LOG_BATCH = 1_000  # lines per task_logs message
+MAX_LOG_BATCH_CHARS = 512 * 1024  # characters of lines per task_logs message (one line more)
+MAX_TASKS_LISTED = 10_000  # attempts in one hello or heartbeat
+MAX_INT32 = 2**31 - 1  # ids, pids, attempts, exit codes: what the database columns hold
+MAX_INT64 = 2**63 - 1
+
+
+def cut_line(line: str, limit: int = MAX_LOG_LINE) -> str:
+    """`line` itself if it has at most `limit` characters, else its start and a marker saying
+    how many characters were cut, `limit` characters in all (`limit` must exceed 60)."""
+    if len(line) <= limit:
+        return line
+    cut = len(line) - limit
+    while True:  # the marker's length depends on the count it carries: a few rounds at most
+        marker = f" [strata: line cut, {cut} more characters]"
+        if len(line) - (limit - len(marker)) == cut:
+            return line[: limit - len(marker)] + marker
+        cut = len(line) - (limit - len(marker))
 
 
 class _Message(BaseModel):
@@ -23,14 +40,14 @@ class _Message(BaseModel):
 class TaskKey(_Message):
     """One run of one task: a restart is a new attempt with a new key."""
 
-    job_id: int = Field(ge=1)
+    job_id: int = Field(ge=1, le=MAX_INT32)
     task: str = Field(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")
-    attempt: int = Field(ge=0)
+    attempt: int = Field(ge=0, le=MAX_INT32)
 
 
 class RunningTask(_Message):
     key: TaskKey
-    pid: int
+    pid: int = Field(ge=0, le=MAX_INT32)
 
 
 class Device(_Message):
@@ -38,16 +55,20 @@ class Device(_Message):
     name: str = Field(max_length=128)
     kind: Literal["gpu"] = "gpu"
     uuid: str | None = Field(default=None, max_length=128)
-    memory_mb: int | None = Field(default=None, ge=0)
+    memory_mb: int | None = Field(default=None, ge=0, le=MAX_INT32)
     simulated: bool = False
 
 
 class TaskExit(_Message):
     key: TaskKey
-    exit_code: int | None  # None when the process could not be started at all
-    signal: int | None = None  # the signal that ended it, if one did
+    # None when the process could not be started at all
+    exit_code: int | None = Field(ge=-MAX_INT32, le=MAX_INT32)
+    signal: int | None = Field(default=None, ge=0, le=1024)  # the signal that ended it, if one did
     error: str | None = Field(default=None, max_length=4096)  # why it could not start
     log_tail: list[str] = Field(default_factory=list, max_length=50)
+
+
+Port = Annotated[int, Field(ge=0, le=65535)]
 
 
 # --- agent → server -----------------------------------------------------------------
@@ -60,23 +81,23 @@ class Hello(_Message):
     protocol: int = PROTOCOL_VERSION
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     address: str = Field(min_length=1, max_length=255)  # how other hosts reach its tasks
-    port_range: tuple[int, int]
+    port_range: tuple[Port, Port]
     devices: list[Device] = Field(default_factory=list, max_length=1024)
     version: str = Field(max_length=64)
-    running: list[RunningTask] = Field(default_factory=list)
+    running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
     # Exits that happened while the channel was down, so that none is lost.
-    finished: list[TaskExit] = Field(default_factory=list)
+    finished: list[TaskExit] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
 
 
 class Heartbeat(_Message):
     type: Literal["heartbeat"] = "heartbeat"
-    running: list[RunningTask] = Field(default_factory=list)
+    running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
 
 
 class TaskStarted(_Message):
     type: Literal["task_started"] = "task_started"
     key: TaskKey
-    pid: int
+    pid: int = Field(ge=0, le=MAX_INT32)
 
 
 class TaskExited(_Message):
@@ -89,8 +110,8 @@ class TaskLogs(_Message):
 
     type: Literal["task_logs"] = "task_logs"
     key: TaskKey
-    first_line: int = Field(ge=0)
-    lines: list[str] = Field(max_length=MAX_LOG_BATCH)
+    first_line: int = Field(ge=0, le=MAX_INT64)
+    lines: list[str] = Field(max_length=MAX_LOG_BATCH)  # the server cuts over-long ones
 
 
 AgentMessage = Annotated[
@@ -164,7 +185,7 @@ class MetricPoint(_Message):
     # NaN/Infinity, which both ends parse, rather than as null.
     model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
 
-    seq: int = Field(ge=0)  # per task attempt, from 0, increasing by one
+    seq: int = Field(ge=0, le=MAX_INT64)  # per task attempt, from 0, increasing by one
     name: str = Field(pattern=METRIC_NAME_PATTERN)  # "loss", "val_accuracy", "steps_per_sec"
     step: int = Field(ge=0, le=2**62)
     value: float = Field(allow_inf_nan=True)
@@ -176,7 +197,7 @@ class TaskHello(_Message):
 
     type: Literal["task_hello"] = "task_hello"
     task: str = Field(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")
-    attempt: int = Field(ge=0)
+    attempt: int = Field(ge=0, le=MAX_INT32)
 
 
 class MetricBatch(_Message):
@@ -202,9 +223,10 @@ class CheckpointSaved(_Message):
     type: Literal["checkpoint"] = "checkpoint"
     name: CheckpointName
     step: int = Field(ge=0, le=2**62)  # the optimizer's iteration count in the checkpoint
-    epoch: int | None = Field(default=None, ge=0)  # epochs completed when it was written
-    size_bytes: int = Field(ge=0)
-    wall_time: float  # seconds since the epoch, when the write finished
+    epoch: int | None = Field(default=None, ge=0, le=MAX_INT32)  # epochs done when written
+    size_bytes: int = Field(ge=0, le=MAX_INT64)
+    # Seconds since the epoch, when the write finished (up to the year 9999).
+    wall_time: float = Field(ge=0, le=253_402_300_799, allow_inf_nan=False)
     trigger: Literal["epoch", "time", "command", "end"]
     command_id: int | None = None  # the checkpoint-now request it answers
     metrics: dict[Annotated[str, Field(pattern=METRIC_NAME_PATTERN)], float] = Field(

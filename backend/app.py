@@ -22,6 +22,7 @@ from backend.api import (
     streams,
     task_channel,
     tasks,
+    tokens,
 )
 from backend.api.ui import mount_dashboard
 from backend.auth import TokenKind, TokenRegistry
@@ -123,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         agent_channel.router,
         task_channel.router,
         streams.router,
+        tokens.router,
     ):
         app.include_router(router)
     mount_dashboard(app, settings.dashboard_dir)

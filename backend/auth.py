@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 class TokenKind(StrEnum):
     admin = "admin"  # users, the CLI and the dashboard
+    viewer = "viewer"  # read only: what admin may GET, and the live streams
     agent = "agent"  # host agents joining the cluster
     task = "task"  # a training process, for its own job only
 
@@ -25,6 +26,16 @@ class TokenKind(StrEnum):
 class Principal:
     kind: TokenKind
     job_id: int | None = None  # set for task tokens: the only job they may speak for
+    token_id: int | None = None  # set for stored tokens (`strata tokens`): which one
+
+    @property
+    def label(self) -> str:
+        """Who this is, for logs: never the secret."""
+        if self.token_id is not None:
+            return f"{self.kind.value} token {self.token_id}"
+        if self.job_id is not None:
+            return f"task token of job {self.job_id}"
+        return f"{self.kind.value} token (from the server's settings)"
 
 
 class TokenRegistry:

@@ -112,6 +112,19 @@ class StrataClient:
         result: list[dict[str, Any]] = self._request("GET", f"/jobs/{job_id}/events")
         return result
 
+    def create_token(self, name: str, kind: str, expires_in_seconds: int | None) -> dict[str, Any]:
+        body = {"name": name, "kind": kind, "expires_in_seconds": expires_in_seconds}
+        result: dict[str, Any] = self._request("POST", "/tokens", json=body)
+        return result
+
+    def tokens(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._request("GET", "/tokens")
+        return result
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._request("DELETE", f"/tokens/{token_id}")
+        return result
+
     def hosts(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._request("GET", "/hosts")
         return result

@@ -9,6 +9,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
+from agents.protocol import MAX_LOG_LINE, MAX_POINTS_PER_BATCH
+
 DEFAULT_DATA_DIR = Path.home() / ".strata"
 # The dashboard as `make ui` builds it in a checkout (npm run build in frontend/).
 CHECKOUT_UI_DIR = Path(__file__).resolve().parents[1] / "frontend" / "dist"
@@ -46,6 +48,75 @@ class Settings(BaseSettings):
     reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")
     log_bytes_per_task: int = Field(default=64 << 20, gt=0, description="Cap per task attempt.")
     max_request_bytes: int = Field(default=1 << 20, gt=0)
+    # Websocket limits (docs/architecture.md, "Limits"). Frame sizes count characters of a
+    # text frame; uvicorn refuses any frame over 16 MiB before these are looked at.
+    agent_frame_bytes: int = Field(
+        default=4 << 20,
+        gt=0,
+        description="Largest frame an agent may send on /agents/connect (a log batch is ≤1 MiB).",
+    )
+    runtime_frame_bytes: int = Field(
+        default=8 << 20,
+        gt=0,
+        description="Largest frame a training process may send on /tasks/connect "
+        "(its metric batches stay under 2 MiB).",
+    )
+    stream_frame_bytes: int = Field(
+        default=70_000,
+        gt=0,
+        description="Largest frame a browser may send on /jobs/{id}/stream and /stream "
+        "(a subscribe frame with a cursor of up to 64 KiB).",
+    )
+    agent_frames_per_second: float = Field(
+        default=2_000.0,
+        gt=0,
+        description="Sustained frames per second one agent connection may send.",
+    )
+    agent_frame_burst: int = Field(
+        default=20_000,
+        gt=0,
+        description="Frames an agent may send at once above that rate (resending its log "
+        "backlog after a reconnect).",
+    )
+    runtime_frames_per_second: float = Field(
+        default=200.0,
+        gt=0,
+        description="Sustained frames per second one training process may send.",
+    )
+    runtime_frame_burst: int = Field(
+        default=1_000,
+        gt=0,
+        description="Frames a training process may send at once above that rate.",
+    )
+    stream_frames_per_second: float = Field(
+        default=10.0,
+        gt=0,
+        description="Sustained frames per second one stream subscriber may send "
+        "(a browser sends one subscribe frame).",
+    )
+    stream_frame_burst: int = Field(
+        default=100,
+        gt=0,
+        description="Frames a stream subscriber may send at once above that rate.",
+    )
+    max_log_line_chars: int = Field(
+        default=MAX_LOG_LINE,
+        ge=256,
+        description="Longer log lines from agents are cut, with a marker saying by how much.",
+    )
+    max_metric_batch_points: int = Field(
+        default=MAX_POINTS_PER_BATCH,
+        gt=0,
+        le=MAX_POINTS_PER_BATCH,
+        description="Points in one metrics frame from a training process; more closes the "
+        "socket (1009).",
+    )
+    max_streams_per_token: int = Field(
+        default=256,
+        gt=0,
+        description="Open /jobs/{id}/stream and /stream sockets per token; one more is "
+        "closed (1008) and the older ones keep working.",
+    )
     log_level: str = "info"
     ui_dir: Path | None = Field(
         default=None,

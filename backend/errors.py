@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,86 @@ class InvalidInput(DomainError):
         self.issues = issues
 
 
+class ErrorBody(BaseModel):
+    """The body of every error answer but invalid input."""
+
+    detail: str
+
+
+class FieldIssueBody(BaseModel):
+    field: str  # dotted path into the request (body field or parameter name); "" for the whole
+    message: str
+
+
+class InvalidInputBody(BaseModel):
+    """The body of a 422: the issues joined in `detail`, and one entry per offending field."""
+
+    detail: str
+    errors: list[FieldIssueBody]
+
+
+_ERROR_DESCRIPTIONS = {
+    401: "No bearer token, or one the server does not know.",
+    403: "The token is of a kind this endpoint does not admit.",
+    404: "The job (or its task, attempt or checkpoint) does not exist.",
+    409: "The request is not allowed in the resource's current state.",
+    413: "The request body is over the server's limit.",
+    415: "The request body's content type is not accepted.",
+    422: "Invalid input: every offending field, each with what was expected.",
+    502: "A task the request waits on answered with a failure.",
+    504: "A task the request waits on did not answer in time.",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for these error codes, with the bodies the handlers below send."""
+    return {
+        code: {
+            "model": InvalidInputBody if code == 422 else ErrorBody,
+            "description": _ERROR_DESCRIPTIONS[code],
+        }
+        for code in codes
+    }
+
+
+# What every route behind an admin token can answer besides its own errors: 401 and 403 for
+# the token, 422 for a query parameter it does not take (see closed_query).
+ROUTER_ERRORS = error_responses(401, 403, 422)
+
+
+def closed_query(request: Request) -> None:
+    """A dependency that refuses query parameters the route does not take (422 naming them),
+    so that a misspelt filter (`?stauts=running`) is an error rather than silently ignored."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known = _query_names(route)
+    unknown = sorted({name for name in request.query_params if name not in known})
+    if unknown:
+        expected = f"expected one of: {', '.join(sorted(known))}" if known else "it takes none"
+        raise InvalidInput(
+            [FieldIssue(name, f"unknown query parameter; {expected}") for name in unknown]
+        )
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def _query_names(route: APIRoute) -> frozenset[str]:
+    names = _QUERY_NAMES.get(id(route))
+    if names is None:
+        names = _QUERY_NAMES[id(route)] = frozenset(_query_aliases(route.dependant))
+    return names
+
+
+def _query_aliases(dependant: Dependant) -> set[str]:
+    """The query parameters of an endpoint and of every dependency it has, by wire name."""
+    names = {field.alias for field in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_aliases(sub)
+    return names
+
+
 def dotted(loc: tuple[int | str, ...] | list[int | str]) -> str:
     return ".".join(str(part) for part in loc)
 
@@ -98,6 +182,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI's body parser answers a 400 "error parsing the body" for a JSON body
+            # that is not UTF-8: it is invalid input like any other, and says what was wrong.
+            issue = FieldIssue("", "the body is not valid UTF-8 (JSON must be UTF-8)")
+            return await _domain_error(_request, InvalidInput([issue]))
         return JSONResponse(
             {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
         )

@@ -6,5 +6,16 @@ from backend.db import Base
 from backend.hosts.models import Device, Host
 from backend.jobs.models import Checkpoint, Job, JobEvent, Task
 from backend.streams.models import MetricPoint
+from backend.tokens.models import ApiToken
 
-__all__ = ["Base", "Checkpoint", "Device", "Host", "Job", "JobEvent", "MetricPoint", "Task"]
+__all__ = [
+    "ApiToken",
+    "Base",
+    "Checkpoint",
+    "Device",
+    "Host",
+    "Job",
+    "JobEvent",
+    "MetricPoint",
+    "Task",
+]

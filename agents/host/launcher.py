@@ -29,9 +29,15 @@ class LaunchError(Exception):
 def resolve_working_dir(workspace: Path, relative: str) -> Path:
     """The task's working dir, which must stay under the workspace (symlinks included)."""
     root = workspace.resolve()
+    if "\x00" in relative:
+        raise LaunchError(f"working_dir must not contain NUL bytes, got {relative!r}")
+    if Path(relative).is_absolute():
+        raise LaunchError(f"working_dir must be relative to the workspace {root}, got {relative!r}")
     target = (root / relative).resolve()
     if target != root and root not in target.parents:
-        raise LaunchError(f"working_dir {relative!r} leaves the workspace {root}")
+        raise LaunchError(
+            f"working_dir {relative!r} leaves the workspace {root}: it resolves to {target}"
+        )
     if not target.is_dir():
         raise LaunchError(f"working_dir {relative!r} does not exist under {root}")
     return target

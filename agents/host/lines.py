@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.protocol import MAX_LOG_LINE
+from agents.protocol import MAX_LOG_LINE, cut_line
 
 
 class LineSplitter:
@@ -47,5 +47,4 @@ class LineSplitter:
 
     @staticmethod
     def _decode(raw: bytes) -> str:
-        text = raw.decode("utf-8", errors="replace")
-        return text if len(text) <= MAX_LOG_LINE else text[:MAX_LOG_LINE] + " [line cut]"
+        return cut_line(raw.decode("utf-8", errors="replace"), MAX_LOG_LINE)

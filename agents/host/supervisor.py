@@ -12,6 +12,7 @@ from pathlib import Path
 from agents.host.launcher import LaunchError, TaskProcess
 from agents.protocol import (
     MAX_LOG_BATCH,
+    MAX_LOG_BATCH_CHARS,
     AgentMessage,
     RunningTask,
     StartTask,
@@ -50,7 +51,15 @@ class LogBuffer:
             self.in_flight = max(0, self.in_flight - overflow)
 
     def unsent(self) -> tuple[int, list[str]]:
+        """The next batch to send: at most MAX_LOG_BATCH lines and, past its first line, at
+        most MAX_LOG_BATCH_CHARS characters, so that long lines cannot outgrow a frame."""
         batch = self.lines[self.in_flight : self.in_flight + MAX_LOG_BATCH]
+        chars = 0
+        for count, line in enumerate(batch):
+            chars += len(line)
+            if count > 0 and chars > MAX_LOG_BATCH_CHARS:
+                batch = batch[:count]
+                break
         return self.first_line + self.in_flight, batch
 
     def sent(self, count: int) -> None:

@@ -14,32 +14,52 @@ from agents.protocol import (
     TaskLogs,
     TaskStarted,
     agent_message,
+    cut_line,
 )
 from backend.api.deps import websocket_principal
-from backend.api.frames import close, first_frame, next_frame
+from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
+from backend.config import Settings
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection, AgentHub
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-MAX_FRAME_BYTES = 4 << 20
+
+def frame_limits(settings: Settings) -> FrameLimits:
+    return FrameLimits(
+        max_bytes=settings.agent_frame_bytes,
+        frames_per_second=settings.agent_frames_per_second,
+        burst=settings.agent_frame_burst,
+    )
+
+
+class HelloTwice(Exception):
+    """An agent said hello on a channel it had already opened."""
 
 
 @router.websocket("/agents/connect")
 async def agent_channel(websocket: WebSocket) -> None:
     await websocket.accept()
-    principal = websocket_principal(websocket)
+    principal = await websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.agent:
-        await close(websocket, 1008, "an agent token is required")
+        await close(websocket, POLICY_VIOLATION, "an agent token is required")
         return
-    hello = await first_frame(websocket, agent_message, "hello")
+    settings: Settings = websocket.app.state.settings
+    client = websocket.client
+    inbound = Inbound(
+        websocket,
+        frame_limits(settings),
+        f"an agent at {client.host if client else 'an unknown address'}",
+    )
+    hello = await inbound.first(agent_message, "hello")
     if hello is None:
         return
     if not isinstance(hello, Hello):
-        await close(websocket, 1008, f"the first frame must be hello, got {hello.type}")
+        await close(websocket, POLICY_VIOLATION, f"the first frame must be hello, got {hello.type}")
         return
+    inbound.peer = f"agent {hello.name}"
 
     hub: AgentHub = websocket.app.state.hub
     controller: Controller = websocket.app.state.controller
@@ -51,8 +71,10 @@ async def agent_channel(websocket: WebSocket) -> None:
     try:
         for reply in await controller.on_hello(hello):
             connection.send(reply)
-        while (incoming := await next_frame(websocket, agent_message, MAX_FRAME_BYTES)) is not None:
-            await _dispatch(controller, connection, incoming)
+        while (incoming := await inbound.next(agent_message)) is not None:
+            await _dispatch(controller, connection, incoming, settings.max_log_line_chars)
+    except HelloTwice:
+        await connection.close(POLICY_VIOLATION, "hello may only be sent once")
     except WebSocketDisconnect:
         pass
     finally:
@@ -61,7 +83,9 @@ async def agent_channel(websocket: WebSocket) -> None:
         log.info("agent %s disconnected", hello.name)
 
 
-async def _dispatch(controller: Controller, connection: AgentConnection, message: object) -> None:
+async def _dispatch(
+    controller: Controller, connection: AgentConnection, message: object, max_line: int
+) -> None:
     host = connection.host_name
     controller.heard_from(host)
     if isinstance(message, Heartbeat):
@@ -69,14 +93,24 @@ async def _dispatch(controller: Controller, connection: AgentConnection, message
     elif isinstance(message, TaskStarted):
         await controller.on_task_started(host, message.key, message.pid)
     elif isinstance(message, TaskExited):
-        await controller.on_task_exited(host, message.exit)
+        tail = [log_line(line, max_line) for line in message.exit.log_tail]
+        await controller.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))
     elif isinstance(message, TaskLogs):
         key = message.key
         logs = controller.logs
-        logs.append(key.job_id, key.task, key.attempt, message.first_line, message.lines)
+        lines = [log_line(line, max_line) for line in message.lines]
+        logs.append(key.job_id, key.task, key.attempt, message.first_line, lines)
         # Written (the file is flushed on close): the agent may now forget these lines.
         connection.send(
             LogsAck(key=key, next_line=logs.received(key.job_id, key.task, key.attempt))
         )
     elif isinstance(message, Hello):
-        raise WebSocketDisconnect(1008, "hello may only be sent once")
+        raise HelloTwice
+
+
+def log_line(line: str, max_chars: int) -> str:
+    """A line as the log store keeps it: one line (a line break inside would shift every
+    later line's number), at most `max_chars` characters, with a marker where it was cut."""
+    if "\n" in line or "\r" in line:
+        line = line.replace("\r\n", "\n").replace("\r", "\n").replace("\n", " ⏎ ")
+    return cut_line(line, max_chars)

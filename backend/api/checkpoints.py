@@ -6,27 +6,44 @@ import asyncio
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
-from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep
 from backend.api.jobs import JobId
 from backend.checkpoints import service
 from backend.checkpoints.schemas import CheckpointNow, CheckpointRead, checkpoint_read
 from backend.db import utcnow
-from backend.errors import Conflict, NotFound, TaskFailed, TaskTimeout
+from backend.errors import (
+    ROUTER_ERRORS,
+    Conflict,
+    NotFound,
+    TaskFailed,
+    TaskTimeout,
+    closed_query,
+    error_responses,
+)
 from backend.jobs import service as jobs
 from backend.jobs.models import Checkpoint, Job, Task
 from backend.jobs.states import JobStatus
 from backend.scheduling.runtime_links import RuntimeLinks
 
-router = APIRouter(prefix="/jobs/{job_id}", tags=["checkpoints"])
+router = APIRouter(
+    prefix="/jobs/{job_id}",
+    tags=["checkpoints"],
+    responses=ROUTER_ERRORS,
+    dependencies=[Depends(closed_query)],
+)
 
 
-@router.get("/checkpoints", response_model=list[CheckpointRead])
+@router.get(
+    "/checkpoints",
+    response_model=list[CheckpointRead],
+    responses=error_responses(404),
+)
 async def list_checkpoints(
     job_id: JobId,
     session: SessionDep,
-    _: AdminPrincipal,
+    _: ReaderPrincipal,
     include_deleted: Annotated[
         bool, Query(description="Also those the retention policy deleted.")
     ] = False,
@@ -53,7 +70,11 @@ def checkpoint_writer(job: Job) -> Task:
     return writer
 
 
-@router.post("/checkpoint", response_model=CheckpointNow)
+@router.post(
+    "/checkpoint",
+    response_model=CheckpointNow,
+    responses=error_responses(404, 409, 502, 504),
+)
 async def checkpoint_now(
     request: Request,
     job_id: JobId,

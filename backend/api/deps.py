@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from backend.auth import Principal, TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import session_scope
+from backend.tokens import service as tokens_service
 
 
 def get_settings(request: Request) -> Settings:
@@ -30,6 +31,18 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 _bearer = HTTPBearer(auto_error=False, description="An admin token (printed by `strata up`).")
 
 
+async def identify(app: Any, token: str) -> Principal | None:
+    """The caller a token names: the server's own tokens and task tokens (in memory), else a
+    stored token that is neither revoked nor expired (one indexed lookup by its hash)."""
+    registry: TokenRegistry = app.state.tokens
+    principal = registry.identify(token)
+    if principal is not None or not tokens_service.is_stored_token(token):
+        return principal
+    async with app.state.sessions() as session:
+        stored = await tokens_service.find_usable(session=session, secret=token)
+    return None if stored is None else Principal(TokenKind(stored.kind), token_id=stored.id)
+
+
 async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -40,8 +53,7 @@ async def current_principal(
             "missing bearer token: send 'Authorization: Bearer <token>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    registry: TokenRegistry = request.app.state.tokens
-    principal = registry.identify(credentials.credentials)
+    principal = await identify(request.app, credentials.credentials)
     if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
@@ -70,14 +82,15 @@ def require(*kinds: TokenKind) -> Callable[..., Coroutine[Any, Any, Principal]]:
 
 
 AdminPrincipal = Annotated[Principal, Depends(require(TokenKind.admin))]
+# What only reads: an admin or a viewer token.
+ReaderPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.viewer))]
 
 
-def websocket_principal(websocket: WebSocket) -> Principal | None:
+async def websocket_principal(websocket: WebSocket) -> Principal | None:
     """Who opened a websocket: the Authorization header, or ?token= for browsers."""
     header = websocket.headers.get("authorization", "")
     scheme, _, credentials = header.partition(" ")
     token = credentials if scheme.lower() == "bearer" else websocket.query_params.get("token")
     if not token:
         return None
-    registry: TokenRegistry = websocket.app.state.tokens
-    return registry.identify(token)
+    return await identify(websocket.app, token)

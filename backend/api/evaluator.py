@@ -5,17 +5,23 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict
 
 from backend.api.deps import AdminPrincipal, SessionDep
 from backend.api.jobs import JobId
+from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
 from backend.scheduling.controller import Controller
 from backend.scheduling.evaluator import request_evaluator
 
-router = APIRouter(prefix="/jobs/{job_id}", tags=["evaluator"])
+router = APIRouter(
+    prefix="/jobs/{job_id}",
+    tags=["evaluator"],
+    responses=ROUTER_ERRORS,
+    dependencies=[Depends(closed_query)],
+)
 
 
 class EvaluatorRequest(BaseModel):
@@ -24,7 +30,7 @@ class EvaluatorRequest(BaseModel):
     action: Literal["start", "stop"]
 
 
-@router.post("/evaluator", response_model=JobRead)
+@router.post("/evaluator", response_model=JobRead, responses=error_responses(404, 409))
 async def evaluator(
     request: Request,
     job_id: JobId,

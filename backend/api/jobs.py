@@ -5,19 +5,24 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Depends, Path, Query, Request, status
 
-from backend.api.deps import AdminPrincipal, SessionDep, SettingsDep
-from backend.errors import PayloadTooLarge
+from agents.protocol import MAX_INT32
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, SettingsDep
+from backend.errors import ROUTER_ERRORS, PayloadTooLarge, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(
+    prefix="/jobs", tags=["jobs"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
+)
 
-JobId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The job's id.")]
+# Job ids are 32-bit in the database (and in the agent protocol): a larger one is a 422,
+# not an overflow inside the PostgreSQL driver.
+JobId = Annotated[int, Path(ge=1, le=MAX_INT32, description="The job's id.")]
 
 _SPEC_BODY: dict[str, Any] = {
     "requestBody": {
@@ -48,6 +53,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     status_code=status.HTTP_201_CREATED,
     response_model=JobRead,
     openapi_extra=_SPEC_BODY,
+    responses=error_responses(413, 415),
 )
 async def submit_job(
     request: Request, session: SessionDep, settings: SettingsDep, _: AdminPrincipal
@@ -64,11 +70,12 @@ async def submit_job(
 @router.get("", response_model=JobPage)
 async def list_jobs(
     session: SessionDep,
-    _: AdminPrincipal,
+    _: ReaderPrincipal,
     status_: Annotated[
         list[JobStatus], Query(alias="status", description="Only jobs in these states.")
     ] = [],  # noqa: B006 - FastAPI copies query defaults
-    name: Annotated[str | None, Query(max_length=64)] = None,
+    # A job's name is exactly what the spec allows (a NUL byte would reach PostgreSQL).
+    name: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9._-]{1,63}$")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> JobPage:
@@ -81,13 +88,13 @@ async def list_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=JobRead)
-async def read_job(job_id: JobId, session: SessionDep, _: AdminPrincipal) -> JobRead:
+@router.get("/{job_id}", response_model=JobRead, responses=error_responses(404))
+async def read_job(job_id: JobId, session: SessionDep, _: ReaderPrincipal) -> JobRead:
     """A job with its tasks, placement, status and reason."""
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
-@router.post("/{job_id}/cancel", response_model=JobRead)
+@router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
 async def cancel_job(
     request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
 ) -> JobRead:
@@ -99,7 +106,7 @@ async def cancel_job(
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
-@router.post("/{job_id}/restart", response_model=JobRead)
+@router.post("/{job_id}/restart", response_model=JobRead, responses=error_responses(404, 409))
 async def restart_job(
     request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
 ) -> JobRead:
@@ -110,11 +117,15 @@ async def restart_job(
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
-@router.get("/{job_id}/events", response_model=list[JobEventRead])
+@router.get(
+    "/{job_id}/events",
+    response_model=list[JobEventRead],
+    responses=error_responses(404),
+)
 async def list_job_events(
     job_id: JobId,
     session: SessionDep,
-    _: AdminPrincipal,
+    _: ReaderPrincipal,
     after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Only events after this id.")] = 0,
 ) -> list[JobEventRead]:
     """The job's events in order: state changes, restarts, requests."""

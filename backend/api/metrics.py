@@ -6,17 +6,24 @@ import math
 from collections import defaultdict
 from typing import Annotated
 
-from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, StringConstraints
 from sqlalchemy import select
 
-from backend.api.deps import AdminPrincipal, SessionDep
+from agents.protocol import METRIC_NAME_PATTERN
+from backend.api.deps import ReaderPrincipal, SessionDep
 from backend.api.jobs import JobId
+from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.streams.downsample import min_max_indices
 from backend.streams.models import MetricPoint
 
-router = APIRouter(prefix="/jobs/{job_id}", tags=["metrics"])
+router = APIRouter(
+    prefix="/jobs/{job_id}",
+    tags=["metrics"],
+    responses=ROUTER_ERRORS,
+    dependencies=[Depends(closed_query)],
+)
 
 
 class Series(BaseModel):
@@ -33,12 +40,15 @@ class MetricsRead(BaseModel):
     series: list[Series]
 
 
-@router.get("/metrics", response_model=MetricsRead)
+@router.get("/metrics", response_model=MetricsRead, responses=error_responses(404))
 async def read_metrics(
     job_id: JobId,
     session: SessionDep,
-    _: AdminPrincipal,
-    names: Annotated[list[str], Query(max_length=100, description="Only these metrics.")] = [],  # noqa: B006
+    _: ReaderPrincipal,
+    names: Annotated[
+        list[Annotated[str, StringConstraints(pattern=METRIC_NAME_PATTERN)]],
+        Query(max_length=100, description="Only these metrics."),
+    ] = [],  # noqa: B006 - FastAPI copies query defaults
     task: Annotated[str | None, Query(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")] = None,
     since_step: Annotated[int, Query(ge=0, le=2**62)] = 0,
     max_points: Annotated[

@@ -9,17 +9,20 @@ cursor and history fills the gap.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from sqlalchemy import select
 
+from agents.protocol import MAX_INT32
 from backend.api.deps import websocket_principal
-from backend.api.frames import close, first_frame
+from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
+from backend.config import Settings
 from backend.jobs.models import Job, JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
@@ -28,7 +31,6 @@ from backend.streams.history import advance, job_history
 
 router = APIRouter()
 
-MAX_SUBSCRIBE_BYTES = 70_000
 CLUSTER_HISTORY_EVENTS = 200
 
 
@@ -42,20 +44,55 @@ class Subscribe(BaseModel):
 _subscribe_frame = TypeAdapter(Subscribe)
 
 
-async def _subscribe(websocket: WebSocket) -> Cursor | None:
-    """Authenticate, then read and check the first frame; close with a reason if bad."""
+def frame_limits(settings: Settings) -> FrameLimits:
+    return FrameLimits(
+        max_bytes=settings.stream_frame_bytes,
+        frames_per_second=settings.stream_frames_per_second,
+        burst=settings.stream_frame_burst,
+    )
+
+
+@asynccontextmanager
+async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
+    """Accept and authenticate a stream, holding one of its token's stream slots meanwhile.
+
+    Yields None when the socket was refused (and closed with the reason).
+    """
     await websocket.accept()
-    principal = websocket_principal(websocket)
-    if principal is None or principal.kind is not TokenKind.admin:
-        await close(websocket, 1008, "an admin token is required (header or ?token=)")
-        return None
-    request = await first_frame(websocket, _subscribe_frame, "subscribe", MAX_SUBSCRIBE_BYTES)
+    principal = await websocket_principal(websocket)
+    if principal is None or principal.kind not in (TokenKind.admin, TokenKind.viewer):
+        await close(
+            websocket, POLICY_VIOLATION, "an admin or viewer token is required (header or ?token=)"
+        )
+        yield None
+        return
+    settings: Settings = websocket.app.state.settings
+    broker: Broker = websocket.app.state.broker
+    inbound = Inbound(websocket, frame_limits(settings), f"a stream of the {principal.kind} token")
+    limit = settings.max_streams_per_token
+    if not broker.streams.take(principal, limit):
+        await inbound.refuse(
+            POLICY_VIOLATION, f"too many open streams for this token (limit {limit})"
+        )
+        yield None
+        return
+    try:
+        yield inbound
+    except WebSocketDisconnect:
+        pass  # the client went away while the server was sending
+    finally:
+        broker.streams.release(principal)
+
+
+async def _subscribe(inbound: Inbound) -> Cursor | None:
+    """Read and check the first frame; close with a reason if it is bad."""
+    request = await inbound.first(_subscribe_frame, "subscribe")
     if request is None:
         return None
     try:
         return Cursor.decode(request.cursor)
     except InvalidCursor as exc:
-        await close(websocket, 1008, f"invalid cursor: {exc}")
+        await close(inbound.websocket, POLICY_VIOLATION, f"invalid cursor: {exc}")
         return None
 
 
@@ -66,14 +103,21 @@ async def _send(websocket: WebSocket, frame: dict[str, Any], cursor: Cursor) -> 
 
 @router.websocket("/jobs/{job_id}/stream")
 async def job_stream(websocket: WebSocket, job_id: int) -> None:
-    cursor = await _subscribe(websocket)
+    async with _opened(websocket) as inbound:
+        if inbound is not None:
+            await _job_stream(inbound, job_id)
+
+
+async def _job_stream(inbound: Inbound, job_id: int) -> None:
+    websocket = inbound.websocket
+    cursor = await _subscribe(inbound)
     if cursor is None:
         return
     app = websocket.app
     broker: Broker = app.state.broker
     async with app.state.sessions() as session:
-        if await session.get(Job, job_id) is None:
-            await close(websocket, 1008, f"job {job_id} does not exist")
+        if not 1 <= job_id <= MAX_INT32 or await session.get(Job, job_id) is None:
+            await close(websocket, POLICY_VIOLATION, f"job {job_id} does not exist")
             return
         # Subscribe before reading history, so nothing published meanwhile is missed.
         subscription = broker.subscribe([job_topic(job_id)])
@@ -82,38 +126,50 @@ async def job_stream(websocket: WebSocket, job_id: int) -> None:
                 session=session, logs=app.state.controller.logs, job_id=job_id, cursor=cursor
             ):
                 await _send(websocket, frame, cursor)
-        except Exception:
+        except BaseException:
             subscription.close()
             raise
-    await _live(websocket, subscription, cursor)
+    await _live(inbound, subscription, cursor)
 
 
 @router.websocket("/stream")
 async def cluster_stream(websocket: WebSocket) -> None:
-    cursor = await _subscribe(websocket)
+    async with _opened(websocket) as inbound:
+        if inbound is not None:
+            await _cluster_stream(inbound)
+
+
+async def _cluster_stream(inbound: Inbound) -> None:
+    websocket = inbound.websocket
+    cursor = await _subscribe(inbound)
     if cursor is None:
         return
     app = websocket.app
     subscription = app.state.broker.subscribe([CLUSTER_TOPIC])
-    async with app.state.sessions() as session:
-        rows = list(
-            await session.scalars(
-                select(JobEvent)
-                .where(JobEvent.id > cursor.event)
-                .order_by(JobEvent.id.desc())
-                .limit(CLUSTER_HISTORY_EVENTS)
+    try:
+        async with app.state.sessions() as session:
+            rows = list(
+                await session.scalars(
+                    select(JobEvent)
+                    .where(JobEvent.id > cursor.event)
+                    .order_by(JobEvent.id.desc())
+                    .limit(CLUSTER_HISTORY_EVENTS)
+                )
             )
-        )
-    for row in reversed(rows):
-        cursor.event = row.id
-        await _send(websocket, event_frame(row), cursor)
-    await _live(websocket, subscription, cursor)
+        for row in reversed(rows):
+            cursor.event = row.id
+            await _send(websocket, event_frame(row), cursor)
+    except BaseException:
+        subscription.close()
+        raise
+    await _live(inbound, subscription, cursor)
 
 
-async def _live(websocket: WebSocket, subscription: Any, cursor: Cursor) -> None:
+async def _live(inbound: Inbound, subscription: Any, cursor: Cursor) -> None:
+    websocket = inbound.websocket
+    reader = asyncio.create_task(_drain_client(inbound))
     try:
         await _send(websocket, {"type": "history_end"}, cursor)
-        reader = asyncio.create_task(_drain_client(websocket))
         while True:
             next_frame = asyncio.create_task(subscription.next())
             done, _ = await asyncio.wait({next_frame, reader}, return_when=asyncio.FIRST_COMPLETED)
@@ -131,11 +187,11 @@ async def _live(websocket: WebSocket, subscription: Any, cursor: Cursor) -> None
     except WebSocketDisconnect:
         pass
     finally:
+        reader.cancel()
         subscription.close()
 
 
-async def _drain_client(websocket: WebSocket) -> None:
-    """Returns when the client goes away; later client frames are not used."""
-    with contextlib.suppress(WebSocketDisconnect):
-        while True:
-            await websocket.receive_text()
+async def _drain_client(inbound: Inbound) -> None:
+    """Returns when the client goes away or breaks a limit; later client frames are not used."""
+    while await inbound.text() is not None:
+        pass

@@ -20,9 +20,10 @@ from agents.protocol import (
     runtime_message,
 )
 from backend.api.deps import websocket_principal
-from backend.api.frames import close, first_frame, next_frame
+from backend.api.frames import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.checkpoints.service import record_checkpoint
+from backend.config import Settings
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.scheduling.launch import checkpoint_dir
@@ -32,23 +33,34 @@ from backend.streams.ingest import Ingestor
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-MAX_FRAME_BYTES = 8 << 20
+
+def frame_limits(settings: Settings) -> FrameLimits:
+    return FrameLimits(
+        max_bytes=settings.runtime_frame_bytes,
+        frames_per_second=settings.runtime_frames_per_second,
+        burst=settings.runtime_frame_burst,
+    )
 
 
 @router.websocket("/tasks/connect")
 async def task_channel(websocket: WebSocket) -> None:
     await websocket.accept()
-    principal = websocket_principal(websocket)
+    principal = await websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.task or principal.job_id is None:
-        await close(websocket, 1008, "a task token (STRATA_TASK_TOKEN) is required")
+        await close(websocket, POLICY_VIOLATION, "a task token (STRATA_TASK_TOKEN) is required")
         return
     job_id = principal.job_id
-    hello = await first_frame(websocket, runtime_message, "task_hello")
+    settings: Settings = websocket.app.state.settings
+    inbound = Inbound(websocket, frame_limits(settings), f"a runtime of job {job_id}")
+    hello = await inbound.first(runtime_message, "task_hello")
     if hello is None:
         return
     if not isinstance(hello, TaskHello):
-        await close(websocket, 1008, f"the first frame must be task_hello, got {hello.type}")
+        await close(
+            websocket, POLICY_VIOLATION, f"the first frame must be task_hello, got {hello.type}"
+        )
         return
+    inbound.peer = f"the runtime of job {job_id} {hello.task} attempt {hello.attempt}"
     role, index = hello.task.split(":")
     app = websocket.app
     async with app.state.sessions() as session:
@@ -57,7 +69,9 @@ async def task_channel(websocket: WebSocket) -> None:
         )
         job = await session.get(Job, job_id)
     if task is None or job is None or hello.attempt > task.attempt:
-        await close(websocket, 1008, f"job {job_id} has no {hello.task} attempt {hello.attempt}")
+        await close(
+            websocket, POLICY_VIOLATION, f"job {job_id} has no {hello.task} attempt {hello.attempt}"
+        )
         return
     spec = JobSpec.model_validate(job.spec, strict=False)
     directory = checkpoint_dir(spec, job_id, app.state.settings.checkpoints)
@@ -69,10 +83,15 @@ async def task_channel(websocket: WebSocket) -> None:
     await link.send(TaskWelcome(next_seq=await ingestor.stored_through(key) + 1).model_dump_json())
     links.attach(link)
     try:
-        while (
-            message := await next_frame(websocket, runtime_message, MAX_FRAME_BYTES)
-        ) is not None:
+        while (message := await inbound.next(runtime_message)) is not None:
             if isinstance(message, MetricBatch):
+                if len(message.points) > settings.max_metric_batch_points:
+                    await inbound.refuse(
+                        MESSAGE_TOO_BIG,
+                        f"metric batch of {len(message.points)} points is over the limit of "
+                        f"{settings.max_metric_batch_points}",
+                    )
+                    break
                 stored = await ingestor.submit(key, message.points)
                 await link.send(Ack(seq=stored).model_dump_json())
             elif isinstance(message, CheckpointSaved):
@@ -81,6 +100,9 @@ async def task_channel(websocket: WebSocket) -> None:
                 links.resolve(message.command_id, CommandOutcome(checkpoint_id=checkpoint_id))
             elif isinstance(message, CommandFailed):
                 links.resolve(message.id, CommandOutcome(failure=message.reason))
+            elif isinstance(message, TaskHello):
+                await close(websocket, POLICY_VIOLATION, "task_hello may only be sent once")
+                break
     except WebSocketDisconnect:
         pass
     finally:

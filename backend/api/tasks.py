@@ -5,18 +5,23 @@ from __future__ import annotations
 import functools
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel
 
-from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep
 from backend.api.jobs import JobId
-from backend.errors import NotFound
+from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
 from backend.scheduling import restarts
 from backend.streams.logs import LogStore
 
-router = APIRouter(prefix="/jobs/{job_id}/tasks", tags=["tasks"])
+router = APIRouter(
+    prefix="/jobs/{job_id}/tasks",
+    tags=["tasks"],
+    responses=ROUTER_ERRORS,
+    dependencies=[Depends(closed_query)],
+)
 
 TaskName = Annotated[
     str,
@@ -24,7 +29,7 @@ TaskName = Annotated[
 ]
 
 
-@router.post("/{task}/restart", response_model=JobRead)
+@router.post("/{task}/restart", response_model=JobRead, responses=error_responses(404, 409))
 async def restart_task(
     request: Request, job_id: JobId, task: TaskName, session: SessionDep, _: AdminPrincipal
 ) -> JobRead:
@@ -43,13 +48,13 @@ class LogPage(BaseModel):
     total_lines: int  # lines in this attempt's log so far; the next offset to ask for
 
 
-@router.get("/{task}/logs", response_model=LogPage)
+@router.get("/{task}/logs", response_model=LogPage, responses=error_responses(404))
 async def read_task_logs(
     request: Request,
     job_id: JobId,
     task: TaskName,
     session: SessionDep,
-    _: AdminPrincipal,
+    _: ReaderPrincipal,
     attempt: Annotated[int | None, Query(ge=0, le=10_000, description="Latest when unset.")] = None,
     offset: Annotated[int, Query(ge=0, le=2**40, description="First line to return.")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,

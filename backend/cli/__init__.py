@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from backend.cli import agent, client, secrets, server
+from backend.cli import agent, client, secrets, server, tokens
 
 app = typer.Typer(
     name="strata",
@@ -16,6 +16,7 @@ server.register(app)
 agent.register(app)
 secrets.register(app)
 client.register(app)
+tokens.register(app)
 
 
 def main() -> None:

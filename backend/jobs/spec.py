@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -52,15 +53,30 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _relative_path(value: str, what: str) -> str:
-    """A path that stays under the root it is resolved against: relative, no '..', no NUL."""
+MAX_PATH_CHARS = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _relative_path(value: str, what: str, root: str) -> str:
+    """A path that stays under the root it is resolved against (the agent's workspace, the
+    checkpoint root): relative, '/'-separated, no '..', no NUL or other control character.
+
+    Symlinks cannot be judged here (the spec is checked before any host is chosen): the
+    agent resolves the working dir and refuses one that leaves its workspace.
+    """
     if "\x00" in value:
-        raise ValueError(f"{what} must not contain NUL bytes")
+        raise ValueError(f"{what} must not contain NUL bytes, got {value!r}")
+    if _CONTROL.search(value):
+        raise ValueError(f"{what} must not contain control characters, got {value!r}")
+    if len(value) > MAX_PATH_CHARS:
+        raise ValueError(f"{what} must be at most {MAX_PATH_CHARS} characters, got {len(value)}")
+    if "\\" in value:
+        raise ValueError(f"{what} must use '/' as its separator, not '\\', got {value!r}")
     path = PurePosixPath(value)
     if path.is_absolute():
-        raise ValueError(f"{what} must be relative to the agent's workspace, got {value!r}")
+        raise ValueError(f"{what} must be relative to {root}, got {value!r}")
     if ".." in path.parts:
-        raise ValueError(f"{what} must not contain '..', got {value!r}")
+        raise ValueError(f"{what} must stay inside {root}: no '..' parts, got {value!r}")
     return value
 
 
@@ -97,6 +113,12 @@ class CheckpointPolicy(_Strict):
     keep_best: KeepBest | None = Field(
         default=None, description="Also keep the best checkpoint by this metric."
     )
+    backup_every_seconds: Annotated[float, Field(ge=0, le=86_400)] = Field(
+        default=30.0,
+        description="The backup a restarted chief resumes from is written at an epoch end "
+        "once this long has passed since the last one (0: every epoch). Each costs a save: "
+        "on short epochs, every epoch would slow training down.",
+    )
 
     @property
     def saves(self) -> bool:
@@ -106,7 +128,15 @@ class CheckpointPolicy(_Strict):
     @field_validator("dir")
     @classmethod
     def _confined(cls, value: str | None) -> str | None:
-        return None if value is None else _relative_path(value, "checkpoint dir")
+        if value is None:
+            return None
+        _relative_path(value, "checkpoint.dir", "the checkpoint root")
+        if not PurePosixPath(value).parts:
+            raise ValueError(
+                "checkpoint.dir must name a directory under the checkpoint root (other jobs' "
+                f"dirs live in the root itself), got {value!r}; leave it null for a per-job dir"
+            )
+        return value
 
 
 class RestartPolicy(_Strict):
@@ -162,7 +192,7 @@ class JobSpec(_Strict):
     @field_validator("working_dir")
     @classmethod
     def _confined_working_dir(cls, value: str) -> str:
-        return _relative_path(value, "working_dir")
+        return _relative_path(value, "working_dir", "the agent's workspace")
 
     @field_validator("env")
     @classmethod
@@ -228,6 +258,9 @@ def validate_spec(data: object) -> JobSpec:
         raise InvalidInput(
             [FieldIssue("", f"a job spec must be a mapping of fields, got {type(data).__name__}")]
         )
+    unencodable = list(_unencodable_strings(data, ()))
+    if unencodable:
+        raise InvalidInput(unencodable)
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
@@ -236,6 +269,24 @@ def validate_spec(data: object) -> JobSpec:
     if issues:
         raise InvalidInput(issues)
     return spec
+
+
+def _unencodable_strings(value: object, loc: tuple[int | str, ...]) -> Iterator[FieldIssue]:
+    """Strings (keys included) that are not Unicode text: a JSON body may hold a lone
+    surrogate ("\\ud800"), which no database, file name or argv can store."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            yield FieldIssue(dotted(loc), "must be valid Unicode text (it has a lone surrogate)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            at = (*loc, str(key).encode("utf-8", "replace").decode())
+            yield from _unencodable_strings(key, at)
+            yield from _unencodable_strings(item, at)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _unencodable_strings(item, (*loc, index))
 
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 Frame = dict[str, Any]
@@ -59,10 +59,36 @@ class Subscription:
         self._broker.unsubscribe(self)
 
 
+class StreamSlots:
+    """How many streams each holder (a token) has open, so that one cannot open them all."""
+
+    def __init__(self) -> None:
+        self._open: dict[Hashable, int] = {}
+
+    def take(self, holder: Hashable, limit: int) -> bool:
+        """Count one more open stream for `holder`; False (and nothing counted) at the limit."""
+        held = self._open.get(holder, 0)
+        if held >= limit:
+            return False
+        self._open[holder] = held + 1
+        return True
+
+    def release(self, holder: Hashable) -> None:
+        held = self._open.get(holder, 0) - 1
+        if held > 0:
+            self._open[holder] = held
+        else:
+            self._open.pop(holder, None)
+
+    def held(self, holder: Hashable) -> int:
+        return self._open.get(holder, 0)
+
+
 class Broker:
     def __init__(self, queue_frames: int = QUEUE_FRAMES) -> None:
         self._by_topic: dict[str, set[Subscription]] = {}
         self.queue_frames = queue_frames
+        self.streams = StreamSlots()  # the websockets that read from this broker, per token
 
     def subscribe(self, topics: Iterable[str]) -> Subscription:
         subscription = Subscription(self, frozenset(topics), self.queue_frames)

@@ -8,12 +8,24 @@ from the agent's numbering by the marker lines the store writes (a gap, the size
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend.errors import FieldIssue, InvalidInput, NotFound
+
 TRUNCATED = "[strata] log cap reached; later lines of this attempt are not kept"
+
+# The only task names a log file is named after (the REST path and the agent protocol check
+# the same pattern; the store checks again, since the name becomes part of a file name).
+TASK_NAME = re.compile(r"(chief|worker|ps|evaluator):\d{1,4}")
+
+
+class LogOutsideRoot(NotFound):
+    """A log path that resolves (through a symlink) outside the log root: never followed."""
+
 
 # Called with (job_id, task, attempt, first file line, lines) for every append that wrote.
 OnAppend = Callable[[int, str, int, int, list[str]], None]
@@ -41,8 +53,25 @@ class LogStore:
         self._files: dict[Path, _FileState] = {}
 
     def path(self, job_id: int, task: str, attempt: int) -> Path:
+        """The attempt's log file, which must stay under the root (symlinks included)."""
+        issues = []
+        if job_id < 1:
+            issues.append(FieldIssue("job_id", f"must be 1 or more, got {job_id}"))
+        if not TASK_NAME.fullmatch(task):
+            issues.append(FieldIssue("task", f"must be role:index such as worker:1, got {task!r}"))
+        if attempt < 0:
+            issues.append(FieldIssue("attempt", f"must be 0 or more, got {attempt}"))
+        if issues:
+            raise InvalidInput(issues)
         role, index = task.split(":")
-        return self.root / f"job-{job_id}" / f"{role}-{index}.{attempt}.log"
+        path = self.root / f"job-{job_id}" / f"{role}-{index}.{attempt}.log"
+        root = self.root.resolve()
+        if not path.resolve().is_relative_to(root):
+            raise LogOutsideRoot(
+                f"the log of {task} attempt {attempt} of job {job_id} resolves outside the "
+                f"log root {root} (a symlink?); it is neither read nor written"
+            )
+        return path
 
     def _state(self, path: Path) -> _FileState:
         state = self._files.get(path)

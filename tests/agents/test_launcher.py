@@ -104,3 +104,40 @@ async def test_missing_program_is_a_launch_error(tmp_path: Path) -> None:
     process = TaskProcess(KEY, lambda _key, _lines: None)
     with pytest.raises(LaunchError, match="cannot run 'no-such-program-x'"):
         await run(process, command("no-such-program-x"), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("relative", "words"),
+    [
+        ("/etc", "working_dir must be relative to the workspace"),
+        ("a\x00b", "working_dir must not contain NUL bytes"),
+        ("jobs/../../..", "leaves the workspace"),
+        ("inside/escape", "leaves the workspace"),  # a symlink deeper down, pointing out
+    ],
+)
+def test_each_working_dir_escape_is_a_launch_error(
+    tmp_path: Path, relative: str, words: str
+) -> None:
+    workspace, outside = tmp_path / "workspace", tmp_path / "outside"
+    (workspace / "jobs").mkdir(parents=True)
+    (workspace / "inside").mkdir()
+    outside.mkdir()
+    (workspace / "inside" / "escape").symlink_to(outside)
+    with pytest.raises(LaunchError, match=words):
+        resolve_working_dir(workspace, relative)
+
+
+def test_a_symlink_that_stays_in_the_workspace_is_followed(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    assert resolve_working_dir(tmp_path, "alias") == (tmp_path / "real").resolve()
+
+
+async def test_spawn_refuses_an_escaping_working_dir_and_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    process = TaskProcess(KEY, lambda _key, _lines: None)
+    with pytest.raises(LaunchError, match="leaves the workspace"):
+        await process.spawn(
+            command("touch", str(marker), working_dir="../"), tmp_path / "ws", "http://x"
+        )
+    assert not marker.exists()

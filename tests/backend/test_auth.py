@@ -24,6 +24,9 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/jobs/1/evaluator"),
     ("GET", "/hosts"),
     ("GET", "/cluster"),
+    ("POST", "/tokens"),
+    ("GET", "/tokens"),
+    ("DELETE", "/tokens/1"),
 ]
 
 
@@ -35,7 +38,15 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
         for method in operations
         if path != "/healthz"
     }
-    templated = {(m, p.replace("/1", "/{job_id}").replace("chief:0", "{task}")) for m, p in ROUTES}
+    templated = {
+        (
+            m,
+            p.replace("/tokens/1", "/tokens/{token_id}")
+            .replace("/1", "/{job_id}")
+            .replace("chief:0", "{task}"),
+        )
+        for m, p in ROUTES
+    }
     assert documented == templated
     for path, operations in schema["paths"].items():
         for operation in operations.values():

@@ -251,7 +251,7 @@ def test_stream_needs_an_admin_token_and_a_real_job(client: TestClient) -> None:
         pytest.raises(WebSocketDisconnect) as closed,
     ):
         ws.receive_text()
-    assert closed.value.code == 1008 and "admin token" in closed.value.reason
+    assert closed.value.code == 1008 and "admin or viewer token" in closed.value.reason
     with subscribe(client, 999) as ws, pytest.raises(WebSocketDisconnect) as closed:
         ws.receive_text()
     assert closed.value.reason == "job 999 does not exist"

@@ -154,6 +154,7 @@ def test_losing_an_agent_container_re_places_the_job_on_the_other(
         "40",
     ]
     spec["restart"] = {"policy": "on_failure", "max_restarts": 5, "backoff_seconds": 0}
+    spec["checkpoint"] |= {"backup_every_seconds": 0}  # short epochs: back up every one
     answer = cluster.http.post("/jobs", json=spec)
     assert answer.status_code == 201, answer.text
     job_id = answer.json()["id"]

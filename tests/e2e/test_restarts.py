@@ -94,6 +94,8 @@ def test_a_killed_ps_restarts_with_the_chief_which_resumes_from_its_backup(
     spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_ps.yaml").read_text())
     spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", "10"]
     spec["restart"] = {"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0}
+    # A backup at every epoch end (epochs are short here): the resumed epoch is checkable.
+    spec["checkpoint"] |= {"backup_every_seconds": 0}
     job = cluster.submit(spec)
     cluster.wait_for(
         job["id"],

@@ -1,0 +1,43 @@
+"""Tokens: create (the secret is shown once), list, revoke. Admin only."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, status
+
+from agents.protocol import MAX_INT32
+from backend.api.deps import AdminPrincipal, SessionDep
+from backend.errors import ROUTER_ERRORS, closed_query, error_responses
+from backend.tokens import service
+from backend.tokens.schemas import TokenCreate, TokenCreated, TokenRead
+
+router = APIRouter(
+    prefix="/tokens", tags=["tokens"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
+)
+
+TokenId = Annotated[int, Path(ge=1, le=MAX_INT32, description="The token's id.")]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TokenCreated)
+async def create_token(body: TokenCreate, session: SessionDep, _: AdminPrincipal) -> TokenCreated:
+    """A new token; its secret is in this answer only (the server keeps a hash)."""
+    created = await service.create_token(
+        session=session, name=body.name, kind=body.kind, expires_in_seconds=body.expires_in_seconds
+    )
+    await session.commit()
+    return created
+
+
+@router.get("", response_model=list[TokenRead])
+async def list_tokens(session: SessionDep, _: AdminPrincipal) -> list[TokenRead]:
+    """Every stored token, revoked and expired ones too; never a secret."""
+    return [service.token_read(token) for token in await service.list_tokens(session=session)]
+
+
+@router.delete("/{token_id}", response_model=TokenRead, responses=error_responses(404))
+async def revoke_token(token_id: TokenId, session: SessionDep, _: AdminPrincipal) -> TokenRead:
+    """Revoke a token: refused from the next request on (revoking twice changes nothing)."""
+    token = await service.revoke_token(session=session, token_id=token_id)
+    await session.commit()
+    return service.token_read(token)

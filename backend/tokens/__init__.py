@@ -1,0 +1,1 @@
+"""API tokens made at run time (`strata tokens`), stored hashed."""

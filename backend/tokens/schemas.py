@@ -1,0 +1,40 @@
+"""What `/tokens` takes and returns; a token's secret appears once, in TokenCreated."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+StoredKind = Literal["admin", "viewer", "agent"]
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Who or what holds it.")
+    kind: StoredKind = Field(
+        default="viewer",
+        description="admin: everything; viewer: read only (GET and the live streams); "
+        "agent: join hosts to the cluster.",
+    )
+    expires_in_seconds: Annotated[int, Field(ge=60, le=10 * 365 * 86_400)] | None = Field(
+        default=None, description="Refused after this long; never expires when null."
+    )
+
+
+class TokenRead(BaseModel):
+    id: int
+    name: str
+    kind: StoredKind
+    prefix: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    active: bool
+
+
+class TokenCreated(TokenRead):
+    token: str = Field(description="The secret: shown this once, stored only as a hash.")
