@@ -11,11 +11,13 @@ from agents.protocol import (
     Hello,
     LogsAck,
     TaskExited,
+    TaskKey,
     TaskLogs,
     TaskStarted,
     agent_message,
     cut_line,
 )
+from backend import security
 from backend.api.deps import websocket_principal
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
@@ -98,6 +100,15 @@ async def _dispatch(
     elif isinstance(message, TaskLogs):
         key = message.key
         logs = controller.logs
+        if not await _owns(controller, connection, key):
+            # Acknowledged without storing: the agent drops them instead of resending forever.
+            security.refused(
+                f"agent {host}",
+                f"logs of {key.task} of job {key.job_id} "
+                f"(attempt {key.attempt}), which it does not run",
+            )
+            connection.send(LogsAck(key=key, next_line=message.first_line + len(message.lines)))
+            return
         lines = [log_line(line, max_line) for line in message.lines]
         logs.append(key.job_id, key.task, key.attempt, message.first_line, lines)
         # Written (the file is flushed on close): the agent may now forget these lines.
@@ -106,6 +117,17 @@ async def _dispatch(
         )
     elif isinstance(message, Hello):
         raise HelloTwice
+
+
+async def _owns(controller: Controller, connection: AgentConnection, key: TaskKey) -> bool:
+    """Whether the task attempt runs (or ran) on this connection's host; remembered once seen."""
+    own = (key.job_id, key.task, key.attempt)
+    if own in connection.own_attempts:
+        return True
+    if await controller.attempt_ran_on(connection.host_name, key):
+        connection.own_attempts.add(own)
+        return True
+    return False
 
 
 def log_line(line: str, max_chars: int) -> str:

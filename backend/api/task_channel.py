@@ -19,6 +19,7 @@ from agents.protocol import (
     TaskWelcome,
     runtime_message,
 )
+from backend import security
 from backend.api.deps import websocket_principal
 from backend.api.frames import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
@@ -69,6 +70,7 @@ async def task_channel(websocket: WebSocket) -> None:
         )
         job = await session.get(Job, job_id)
     if task is None or job is None or hello.attempt > task.attempt:
+        security.refused(inbound.peer, "a task_hello for a task attempt its job does not have")
         await close(
             websocket, POLICY_VIOLATION, f"job {job_id} has no {hello.task} attempt {hello.attempt}"
         )

@@ -318,6 +318,14 @@ class Controller:
         self._last_running[host_name] = keys
         self.commands.send(outbox)
 
+    async def attempt_ran_on(self, host_name: str, key: TaskKey) -> bool:
+        """Whether that host runs or ran this task attempt (a read: no lock needed)."""
+        async with self.sessions() as session:
+            host = await session.scalar(select(Host).where(Host.name == host_name))
+            return host is not None and await task_events.attempt_ran_on(
+                session=session, host=host, key=key
+            )
+
     async def on_task_started(self, host_name: str, key: TaskKey, pid: int) -> None:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()

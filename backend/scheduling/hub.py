@@ -24,6 +24,8 @@ class AgentConnection:
     def __init__(self, host_name: str, websocket: WebSocket) -> None:
         self.host_name = host_name
         self.websocket = websocket
+        # Task attempts this agent has been found to run: their logs are its to send.
+        self.own_attempts: set[tuple[int, str, int]] = set()
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
         self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{host_name}")
 

@@ -11,10 +11,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import TaskExit, TaskKey
+from backend import security
 from backend.db import utcnow
 from backend.hosts.models import Host
 from backend.jobs.lifecycle import record_event, transition_job
-from backend.jobs.models import Job, Task
+from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
 from backend.scheduling.commands import Commands, Outbox, task_key
@@ -25,6 +26,33 @@ async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
     role, index = key.task.split(":")
     return await session.scalar(
         select(Task).where(Task.job_id == key.job_id, Task.role == role, Task.index == int(index))
+    )
+
+
+def _key_text(key: TaskKey) -> str:
+    return f"{key.task} of job {key.job_id} (attempt {key.attempt})"
+
+
+async def attempt_ran_on(*, session: AsyncSession, host: Host, key: TaskKey) -> bool:
+    """Whether this host runs or ran this attempt: the current attempt must be placed there,
+    an earlier one must have been started there (its task_status event names the host)."""
+    task = await find_task(session=session, key=key)
+    if task is None or key.attempt > task.attempt:
+        return False
+    if key.attempt == task.attempt:
+        return task.host_id == host.id
+    started = await session.scalars(
+        select(JobEvent).where(
+            JobEvent.job_id == key.job_id,
+            JobEvent.task == key.task,
+            JobEvent.kind == "task_status",
+        )
+    )
+    return any(
+        event.data.get("to") == "running"
+        and event.data.get("attempt") == key.attempt
+        and event.data.get("host") == host.name
+        for event in started
     )
 
 
@@ -71,6 +99,9 @@ async def mark_started(
     task = await find_task(session=session, key=key)
     job = await session.get(Job, key.job_id) if task is not None else None
     if not wanted_on(task, job, host, key):
+        if task is None or task.host_id not in (None, host.id):
+            # Not a late start of an attempt that was stopped: another host's task, or none.
+            security.refused(f"agent {host.name}", f"task_started for {_key_text(key)}")
         commands.stop(outbox, host.name, key, "this attempt should not run")
         return
     assert task is not None and job is not None
@@ -82,7 +113,7 @@ async def mark_started(
             kind="task_status",
             task=task.name,
             message=f"{task.name} started on {host.name} (pid {pid})",
-            data={"to": "running", "attempt": task.attempt, "pid": pid},
+            data={"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name},
         )
     if job.status in (JobStatus.scheduled, JobStatus.restarting):
         siblings = await session.scalars(select(Task).where(Task.job_id == job.id))
@@ -96,7 +127,10 @@ async def apply_exit(
     *, session: AsyncSession, commands: Commands, outbox: Outbox, host: Host, exit: TaskExit
 ) -> None:
     task = await find_task(session=session, key=exit.key)
-    if task is None or task.attempt != exit.key.attempt or task.host_id != host.id:
+    if task is None or (task.attempt == exit.key.attempt and task.host_id != host.id):
+        security.refused(f"agent {host.name}", f"task_exited for {_key_text(exit.key)}")
+        return
+    if task.attempt != exit.key.attempt or task.host_id != host.id:
         return  # an exit of an attempt we no longer track
     if task.status not in LIVE_TASK_STATUSES:
         return  # already applied (the agent resent it after a reconnect)

@@ -16,6 +16,7 @@ from agents.protocol import (
     Device,
     Heartbeat,
     Hello,
+    LogsAck,
     RunningTask,
     StartTask,
     StopTask,
@@ -186,3 +187,47 @@ def _wait(client: TestClient, job_id: int, status: str) -> dict[str, Any]:
             return job
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} is {job.get('status')}, not {status}")
+
+
+def test_an_agent_cannot_speak_for_another_hosts_task(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        client.websocket_connect("/agents/connect", headers=AGENT) as owner,
+        client.websocket_connect("/agents/connect", headers=AGENT) as other,
+    ):
+        owner.send_text(hello("host-a"))
+        assert isinstance(receive(owner), Welcome)
+        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+        start = receive(owner)  # placed on host-a, the only host so far
+        assert isinstance(start, StartTask)
+        key = start.key
+        other.send_text(hello("host-b"))
+        assert isinstance(receive(other), Welcome)
+
+        with caplog.at_level("WARNING", logger="strata.security"):
+            other.send_text(TaskStarted(key=key, pid=1).model_dump_json())
+            stop = receive(other)  # told not to run it; nothing else changes
+            assert isinstance(stop, StopTask) and stop.key == key
+            forged = TaskLogs(key=key, first_line=0, lines=["forged line"])
+            other.send_text(forged.model_dump_json())
+            ack = receive(other)  # acknowledged so that it is not resent, but not stored
+            assert ack == LogsAck(key=key, next_line=1)
+            exit = TaskExit(key=key, exit_code=1, log_tail=["forged"])
+            other.send_text(TaskExited(exit=exit).model_dump_json())
+            other.send_text(Heartbeat(running=[]).model_dump_json())
+
+            # The owner's own report is taken as usual.
+            owner.send_text(TaskStarted(key=key, pid=4242).model_dump_json())
+            owner.send_text(TaskLogs(key=key, first_line=0, lines=["real"]).model_dump_json())
+            assert receive(owner) == LogsAck(key=key, next_line=1)
+            running = _wait(client, job["id"], "running")
+
+    assert running["tasks"][0]["host"] == "host-a" and running["tasks"][0]["pid"] == 4242
+    page = client.get(f"/jobs/{job['id']}/tasks/chief:0/logs", headers=ADMIN).json()
+    assert page["lines"] == ["real"]
+    refusals = [r.getMessage() for r in caplog.records if r.name == "strata.security"]
+    what = f"chief:0 of job {job['id']} (attempt 0)"
+    assert f"security: refused agent host-b: task_started for {what}" in refusals
+    assert f"security: refused agent host-b: logs of {what}, which it does not run" in refusals
+    assert f"security: refused agent host-b: task_exited for {what}" in refusals
