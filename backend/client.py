@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from agents.tls import CA_FILE_ENV, client_ssl
+
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
@@ -33,7 +35,10 @@ class StrataClient:
         self.server = (server or os.environ.get("STRATA_SERVER") or DEFAULT_SERVER).rstrip("/")
         token = token or os.environ.get("STRATA_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+        verify = client_ssl(self.server, os.environ.get(CA_FILE_ENV)) or True
+        self._http = httpx.Client(
+            base_url=self.server, headers=headers, timeout=30.0, verify=verify
+        )
 
     def close(self) -> None:
         self._http.close()

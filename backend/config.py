@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     database_password_file: Path | None = Field(
         default=None, description="A file holding the password for database_url's user."
     )
+    tls_certfile: Path | None = Field(
+        default=None, description="Serve HTTPS and WSS with this certificate (PEM, chain first)."
+    )
+    tls_keyfile: Path | None = Field(default=None, description="The certificate's key (PEM).")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     checkpoint_root: Path | None = Field(
@@ -128,6 +132,15 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute_data_dir(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("TLS needs both tls_certfile and tls_keyfile, or neither")
+        for path in (self.tls_certfile, self.tls_keyfile):
+            if path is not None and not path.is_file():
+                raise ValueError(f"TLS: {path} is not a readable file")
+        return self
 
     @model_validator(mode="after")
     def _tokens_from_files(self) -> Settings:

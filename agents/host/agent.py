@@ -31,6 +31,7 @@ class AgentConfig:
     workspace: Path
     gpus: int | None = None  # simulated devices; None asks NVML
     stop_grace_seconds: float = 10.0
+    ca_file: str | None = None  # trusted for an https:// server, by the agent and its tasks
 
 
 def default_address(server_url: str) -> str:
@@ -53,7 +54,9 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.devices: list[Device] = discover(config.gpus)
-        self.supervisor = Supervisor(config.workspace, config.server_url, self._send)
+        self.supervisor = Supervisor(
+            config.workspace, config.server_url, self._send, ca_file=config.ca_file
+        )
         self.channel = Channel(
             config.server_url,
             config.token,
@@ -64,6 +67,7 @@ class Agent:
             heartbeat=lambda: Heartbeat(running=self.supervisor.running()),
             on_logs_ack=lambda ack: self.supervisor.logs_acked(ack.key, ack.next_line),
             on_connected=self.supervisor.reconnected,
+            ca_file=config.ca_file,
         )
 
     def _send(self, message: object) -> bool:

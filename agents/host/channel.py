@@ -25,6 +25,7 @@ from agents.protocol import (
     Welcome,
     server_message,
 )
+from agents.tls import client_ssl
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,10 @@ class Channel:
         heartbeat: Callable[[], Heartbeat],
         on_logs_ack: Callable[[LogsAck], None],
         on_connected: Callable[[], None],
+        ca_file: str | None = None,
     ) -> None:
         self.url = channel_url(server_url)
+        self._ssl = client_ssl(self.url, ca_file)
         self._token = token
         self._hello = hello
         self._on_start = on_start
@@ -102,6 +105,7 @@ class Channel:
                 async with connect(
                     self.url,
                     additional_headers={"Authorization": f"Bearer {self._token}"},
+                    ssl=self._ssl,
                     max_size=MAX_FRAME_BYTES,
                     open_timeout=10,
                     ping_interval=20,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agents.host.lines import LineSplitter
 from agents.protocol import StartTask, TaskExit, TaskKey
+from agents.tls import CA_FILE_ENV
 
 TAIL_LINES = 30
 PR_SET_PDEATHSIG = 1
@@ -70,11 +71,15 @@ class TaskProcess:
         assert self._process is not None
         return self._process.pid
 
-    async def spawn(self, command: StartTask, workspace: Path, server_url: str) -> None:
+    async def spawn(
+        self, command: StartTask, workspace: Path, server_url: str, ca_file: str | None = None
+    ) -> None:
         cwd = resolve_working_dir(workspace, command.working_dir)
         env = {k: v for k, v in os.environ.items() if k not in WITHHELD_ENV}
         env.update(command.env)
         env["STRATA_SERVER"] = server_url
+        if ca_file is not None:  # the task's runtime trusts the server as the agent does
+            env[CA_FILE_ENV] = ca_file
         env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
         try:
             self._process = await asyncio.create_subprocess_exec(

@@ -78,10 +78,15 @@ class LogBuffer:
 
 class Supervisor:
     def __init__(
-        self, workspace: Path, server_url: str, send: Callable[[AgentMessage], bool]
+        self,
+        workspace: Path,
+        server_url: str,
+        send: Callable[[AgentMessage], bool],
+        ca_file: str | None = None,
     ) -> None:
         self.workspace = workspace
         self.server_url = server_url
+        self.ca_file = ca_file
         self._send = send
         self._tasks: dict[TaskKey, TaskProcess] = {}
         self._watchers: set[asyncio.Task[None]] = set()
@@ -98,7 +103,7 @@ class Supervisor:
         process = TaskProcess(key, self._collect_lines)
         self._logs[key] = LogBuffer()
         try:
-            await process.spawn(command, self.workspace, self.server_url)
+            await process.spawn(command, self.workspace, self.server_url, ca_file=self.ca_file)
         except LaunchError as exc:
             log.warning("cannot start %s of job %s: %s", key.task, key.job_id, exc)
             self._finish(TaskExit(key=key, exit_code=None, error=str(exc)))

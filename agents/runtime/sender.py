@@ -53,6 +53,7 @@ from agents.protocol import (
     runtime_server_message,
 )
 from agents.runtime.values import sanitize_name
+from agents.tls import CA_FILE_ENV, client_ssl
 
 __all__ = [
     "MetricSender",
@@ -190,6 +191,7 @@ class MetricSender:
 
         self._connect = connect
         self.url = url
+        self._ssl = client_ssl(url, os.environ.get(CA_FILE_ENV))
         self._token = token
         self._hello = TaskHello(task=task, attempt=attempt)
         self._capacity = max(1, capacity)
@@ -355,6 +357,7 @@ class MetricSender:
             ws = self._connect(
                 self.url,
                 additional_headers={"Authorization": f"Bearer {self._token}"},
+                ssl=self._ssl,
                 open_timeout=self._open_timeout,
                 close_timeout=1.0,
                 proxy=None,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
+from agents.tls import CA_FILE_ENV
 from backend.cli import agent, client, secrets, server, tokens
 
 app = typer.Typer(
@@ -12,6 +17,27 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def main_options(
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-file",
+            envvar=CA_FILE_ENV,
+            help="Trust an https:// server whose certificate this CA file (PEM) signed.",
+        ),
+    ] = None,
+) -> None:
+    """Run distributed TensorFlow training jobs on a fleet of hosts."""
+    if ca_file is not None:
+        if not ca_file.is_file():
+            raise typer.BadParameter(f"{ca_file} is not a file", param_hint="--ca-file")
+        # The one place every client reads it from (REST, the job stream, an agent's tasks).
+        os.environ[CA_FILE_ENV] = str(ca_file.resolve())
+
+
 server.register(app)
 agent.register(app)
 secrets.register(app)

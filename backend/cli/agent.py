@@ -46,6 +46,14 @@ def agent(
     workspace: Annotated[
         Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
     ] = Path(),
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="STRATA_CA_FILE",
+            help="Trust an https:// server whose certificate this CA file (PEM) signed; "
+            "the tasks it starts get it too.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
 ) -> None:
     """Run a host agent: it joins the server and runs the tasks placed on this host."""
@@ -67,8 +75,13 @@ def agent(
         port_range=ports,
         workspace=workspace.resolve(),
         gpus=gpus,
+        ca_file=None if ca_file is None else str(ca_file.resolve()),
     )
-    asyncio.run(Agent(config).run())
+    try:
+        running = Agent(config)
+    except ValueError as exc:  # an unusable CA file, a server URL that is not http(s)
+        raise typer.BadParameter(str(exc)) from None
+    asyncio.run(running.run())
 
 
 def _join_token(token: str | None, token_file: Path | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,8 @@ from rich.markup import escape
 from rich.text import Text
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
+
+from agents.tls import CA_FILE_ENV, client_ssl
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 DRAIN_SECONDS = 2.0  # after the job ends, lines of stopping tasks may still come
@@ -71,9 +74,11 @@ def follow(
     with Live(state.render(job_id), console=console, transient=True, auto_refresh=False) as live:
         while True:
             try:
+                url = stream_url(server, job_id)
                 with connect(
-                    stream_url(server, job_id),
+                    url,
                     additional_headers=headers,
+                    ssl=client_ssl(url, os.environ.get(CA_FILE_ENV)),
                     open_timeout=10,
                     max_size=None,
                 ) as websocket:

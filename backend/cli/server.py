@@ -55,6 +55,8 @@ def _serve(settings: Settings) -> None:
         port=settings.port,
         log_level=settings.log_level,
         ws="websockets-sansio",
+        ssl_certfile=settings.tls_certfile,
+        ssl_keyfile=settings.tls_keyfile,
     )
     uvicorn.Server(config).run()
 
