@@ -20,7 +20,15 @@ TAIL_LINES = 30
 PR_SET_PDEATHSIG = 1
 PYTHON_NAMES = frozenset({"python", "python3"})
 # Agent credentials stay with the agent; a task gets its own scoped token instead.
-WITHHELD_ENV = ("STRATA_TOKEN", "STRATA_AGENT_TOKEN", "STRATA_API_TOKEN")
+# The agent's and the server's credentials (values and files) are not the task's business.
+WITHHELD_ENV = (
+    "STRATA_TOKEN",
+    "STRATA_AGENT_TOKEN",
+    "STRATA_API_TOKEN",
+    "STRATA_AGENT_TOKEN_FILE",
+    "STRATA_API_TOKEN_FILE",
+    "STRATA_DATABASE_PASSWORD_FILE",
+)
 
 
 class LaunchError(Exception):
