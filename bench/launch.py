@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,9 @@ QUICK = Plan(runs=2, epochs=6, steps_per_epoch=30, import_repeats=2)
 class Run:
     launch_s: float  # request → first training step on the lead task
     steps_per_s: float  # lead task, first epoch end → last epoch end
+    # Strata only: request → the last of the job's processes reported started (the control
+    # plane's part of the launch: placement, the agents' spawn); the rest is TensorFlow's.
+    spawned_s: float | None = None
 
 
 def tasks_of(strategy: str) -> list[tuple[str, int]]:
@@ -182,6 +186,12 @@ def run_under_strata(cluster: Cluster, strategy: str, plan: Plan, number: int) -
         run = read_run(lines, started, plan)
         if job["status"] != "succeeded" or run is None:
             raise RuntimeError(f"strata {strategy} job {job_id}: {job['status']}: {lines[-20:]}")
+        spawned = [
+            datetime.fromisoformat(event["at"]).timestamp()
+            for event in cluster.events(job_id)
+            if event["kind"] == "task_status" and event["data"].get("to") == "running"
+        ]
+        run.spawned_s = round(max(spawned) - started, 3)
         return run
     finally:
         wait_no_processes(job_id, timeout=60)
@@ -259,6 +269,9 @@ def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, A
                 "launch_s": spread([r["launch_s"] for r in measured]),
                 "steps_per_s": spread([r["steps_per_s"] for r in measured]),
             }
+            spawned = [r["spawned_s"] for r in measured if r.get("spawned_s") is not None]
+            if spawned:
+                entry[variant]["spawned_s"] = spread(spawned)
         for other in variants:
             if other == "strata":
                 continue

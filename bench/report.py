@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.harness import REPO, RESULTS
 from bench.report_control import recovery_rows, recovery_section, scale_section
-from bench.report_launch import launch_rows, launch_section
+from bench.report_launch import launch_notes, launch_rows, launch_section
 from bench.text import spread_text as _spread
 
 DOC = REPO / "docs" / "benchmarks.md"
@@ -601,7 +601,8 @@ def render(
         lines += pg_paths_section(pg_paths) if pg_paths else []
         lines += latency_section(pipeline) + profile_section(pipeline)
     if launch:
-        lines += launch_section(launch) + plot_lines("launch", "Launch latency and throughput")
+        lines += launch_section(launch) + launch_notes(launch)
+        lines += plot_lines("launch", "Launch latency and throughput")
     if training:
         lines += training_section(training)
     if recovery:

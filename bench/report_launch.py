@@ -100,3 +100,49 @@ def launch_section(launch: dict[str, Any]) -> list[str]:
                 f"{_ratio(ratios['steps_ratio']) if ratios else '—'} |"
             )
     return [*lines, ""]
+
+
+def launch_notes(launch: dict[str, Any]) -> list[str]:
+    """Where the launch time goes, and by how much a missed target was missed."""
+    floor = launch["tensorflow_import_s"]["median"]
+    notes = ["### Where the time goes", ""]
+    for job, entry in launch["summary"].items():
+        strata, hand = entry.get("strata"), entry.get("hand")
+        if not strata or not hand or "spawned_s" not in strata:
+            continue
+        total, spawned = strata["launch_s"]["median"], strata["spawned_s"]["median"]
+        notes.append(
+            f"- **{job}**: of Strata's {total:.2f} s from `POST /jobs` to the first step, "
+            f"{spawned:.2f} s pass until the last of the job's processes has been started "
+            "(the request, placement on the controller's next pass, the agents' spawn and their "
+            f"reports); the other {total - spawned:.2f} s are TensorFlow's, as by hand "
+            f"({hand['launch_s']['median']:.2f} s): importing it ({floor:.2f} s alone), "
+            "starting the servers, forming the cluster and tracing the first step."
+        )
+        ratios = entry.get("strata_vs_hand", {})
+        launch_ratio = ratios.get("launch_ratio", {}).get("median")
+        if launch_ratio is not None and launch_ratio > 1.2:
+            notes.append(
+                f"  Launch misses its target (≤ 1.2) by {100 * (launch_ratio / 1.2 - 1):.0f}%: "
+                f"median ratio {launch_ratio:.3f}."
+            )
+        steps_ratio = ratios.get("steps_ratio", {}).get("median")
+        if steps_ratio is not None and steps_ratio < 0.98:
+            notes.append(
+                f"  Steps/s misses its target (≥ 0.98) by {100 * (0.98 - steps_ratio):.1f} "
+                f"points: median ratio {steps_ratio:.3f}."
+            )
+    ray = {
+        job: entry["strata_vs_ray"]
+        for job, entry in launch["summary"].items()
+        if "strata_vs_ray" in entry
+    }
+    for job, ratios in ray.items():
+        notes.append(
+            f"- **Ray Train ({job})**: Strata's launch takes "
+            f"{ratios['launch_ratio']['median']:.2f}x Ray's, and its steps/s are "
+            f"{ratios['steps_ratio']['median']:.2f}x Ray's. Ray's launch includes `ray.init()`"
+            " (its head node: GCS, raylet, workers), the train controller actor and a worker"
+            " group that imports TensorFlow before the same MWM setup."
+        )
+    return [*notes, ""] if len(notes) > 2 else []
