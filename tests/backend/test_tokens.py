@@ -1,8 +1,9 @@
-"""Stored tokens (`/tokens`, `strata tokens`) and who may call what: every REST route and every
-kind of token, with the status each must get."""
+"""Stored tokens (`/tokens`, `strata tokens`) and who may call what: every REST route and
+every websocket, with every kind of token, and what each must get."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
+from starlette.websockets import WebSocketDisconnect
 
+from agents.protocol import Hello, TaskHello
 from backend.app import create_app
 from backend.db import utcnow
 from backend.tokens.models import ApiToken
@@ -180,4 +183,61 @@ def test_every_route_admits_only_whom_it_should(
             ok = got not in (401, 403) if allowed is None else got in allowed
             if not ok:
                 problems.append(f"{method} {path} as {who}: {got}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_websocket_admits_only_whom_it_should(
+    matrix_client: tuple[TestClient, Tokens],
+) -> None:
+    client, tokens = matrix_client
+    task_of_job_1 = client.app.state.tokens.task_token(1)  # type: ignore[attr-defined]
+    hello = Hello(
+        name="matrix-host", address="127.0.0.1", port_range=(1, 2), devices=[], version="test"
+    )
+    subscribe = json.dumps({"type": "subscribe", "cursor": None})
+    channels = {
+        # path: (the first frame, what a welcome looks like, who is let in)
+        "/agents/connect": (hello.model_dump_json(), '"welcome"', {"agent", "stored agent"}),
+        "/tasks/connect": (
+            TaskHello(task="chief:0", attempt=0).model_dump_json(),
+            '"task_welcome"',
+            {"task of this job"},
+        ),
+        "/jobs/1/stream": (subscribe, '"type"', {"viewer", "admin", "stored admin"}),
+        "/stream": (subscribe, '"type"', {"viewer", "admin", "stored admin"}),
+    }
+    callers: dict[str, str | None] = {
+        "no token": None,
+        "unknown token": "nope",
+        "unknown stored-looking token": "stk_" + "x" * 43,
+        "revoked": tokens.revoked,
+        "expired": tokens.expired,
+        "agent": tokens.agent,
+        "stored agent": tokens.stored_agent,
+        "task of another job": tokens.task_of_another_job,
+        "task of this job": task_of_job_1,
+        "viewer": tokens.viewer,
+        "admin": tokens.admin,
+        "stored admin": tokens.stored_admin,
+    }
+    problems = []
+    for path, (first, welcome, admitted) in channels.items():
+        for who, token in callers.items():
+            # The task channel is scoped by its token: another job's token opens that job's.
+            if path == "/tasks/connect" and who == "task of another job":
+                continue
+            headers = bearer(token) if token is not None else {}
+            try:
+                with client.websocket_connect(path, headers=headers) as ws:
+                    ws.send_text(first)
+                    answer = ws.receive_text()
+                outcome = "admitted" if welcome in answer else f"answered {answer[:80]}"
+            except WebSocketDisconnect as exc:
+                outcome = f"closed {exc.code}: {exc.reason}"
+            if who in admitted and outcome != "admitted":
+                problems.append(f"{path} refused {who}: {outcome}")
+            if who not in admitted and not (
+                outcome.startswith("closed 1008") and "token" in outcome
+            ):
+                problems.append(f"{path} let {who} in: {outcome}")
     assert not problems, "\n".join(problems)
