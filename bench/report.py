@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO, RESULTS
-from bench.report_control import recovery_rows, recovery_section, scale_section
+from bench.report_control import recovery_rows, recovery_section, scale_rows, scale_section
 from bench.report_launch import launch_notes, launch_rows, launch_section
 from bench.text import spread_text as _spread
 
@@ -593,6 +593,8 @@ def render(
         rows += launch_rows(launch)
     if recovery:
         rows += recovery_rows(recovery)
+    if scale:
+        rows += scale_rows(scale)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
     lines += ["", *what_dominates(pipeline, training)]
     if pipeline:

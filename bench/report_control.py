@@ -101,6 +101,22 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def scale_rows(scale: dict[str, Any]) -> list[list[str]]:
+    """The summary's row: GET /jobs p99 at the largest agent count against its target."""
+    largest = max(scale["runs"], key=lambda run: run["agents"])
+    p99 = largest["get_jobs"]["p99_ms"]
+    return [
+        [
+            f"GET /jobs p99 with {largest['agents']:,} agents, {largest['tasks']:,} tasks",
+            f"{p99:.0f} ms (p50 {largest['get_jobs']['p50_ms']:.0f} ms)",
+            "≤ 100 ms at 1,000 agents",
+            ("yes" if p99 <= 100 else f"no (+{p99 - 100:.0f} ms)")
+            if largest["agents"] >= 1000
+            else "not run at 1,000",
+        ]
+    ]
+
+
 def scale_section(scale: dict[str, Any]) -> list[str]:
     lines = [
         "## Scale: simulated agents",
@@ -124,4 +140,17 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             f"{run['post_jobs']['p50_ms']:.0f}/{run['post_jobs']['p99_ms']:.0f} ms | "
             f"{run['server_cores_heartbeats_only']:.2f} cores | {run['server_rss_mib']:.0f} MiB |"
         )
+    for run in scale["runs"]:
+        profile = run.get("get_jobs_profile") or {}
+        if not profile.get("busy_samples"):
+            continue
+        stages = ", ".join(f"{name} {pct:.0f}%" for name, pct in profile["stages_pct"].items())
+        top = ", ".join(f"`{label}` {pct:.0f}%" for label, pct in profile["self_pct"][:4])
+        busy = profile["busy_samples"] / (profile["busy_samples"] + profile["idle_samples"])
+        lines += [
+            "",
+            f"While GET /jobs was measured with {run['agents']:,} agents, the server was busy in "
+            f"{100 * busy:.0f}% of py-spy's samples; of those: {stages or 'no stage matched'}. "
+            f"Most self time: {top}.",
+        ]
     return [*lines, ""]

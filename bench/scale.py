@@ -49,6 +49,7 @@ from agents.protocol import (
     Welcome,
     server_message,
 )
+from bench import profiling
 from bench.harness import RESULTS, Server, cpu_seconds, machine_info, percentile, strata_server
 
 GPUS_PER_AGENT = 8
@@ -162,6 +163,16 @@ def wait_online(http: httpx.Client, count: int, timeout: float) -> float:
     raise TimeoutError(f"only {online} of {count} agents online after {timeout}s")
 
 
+# Where the server's samples fall, by what the stack passes through.
+SCALE_STAGES = {
+    "GET /jobs": "list_jobs",
+    "agent heartbeats": "on_heartbeat",
+    "agent channel frames": "agent_channel",
+    "controller passes": "reconcile",
+    "database (SQLite)": "sqlite3",
+}
+
+
 def running_jobs(http: httpx.Client) -> int:
     total: int = http.get("/jobs", params={"status": "running", "limit": 1}).json()["total"]
     return total
@@ -235,7 +246,12 @@ def _measure(server: Server, agents: int, requests: int) -> dict[str, Any]:
         idle_cpu, idle_wall = cpu_seconds(pid), time.monotonic()
         time.sleep(10)  # heartbeats alone
         heartbeat_cores = (cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_wall)
+        # Sampled while GET /jobs is measured: what the server spends its time on under this
+        # many agents (heartbeats and requests share one event loop).
+        profile = RESULTS / "profiles" / f"scale-{agents}-get-jobs.txt"
+        recorder = profiling.start(pid, max(3.0, requests * 0.05), profile)
         get_jobs = latencies(http, "GET", "/jobs", requests)
+        profiling.finish(recorder)
         get_cluster = latencies(http, "GET", "/cluster", max(5, requests // 4))
         post_jobs = latencies(http, "POST", "/jobs", requests, json=WAITING_JOB)
         result = {
@@ -249,6 +265,7 @@ def _measure(server: Server, agents: int, requests: int) -> dict[str, Any]:
             "post_jobs": summary(post_jobs),
             "server_cores_heartbeats_only": round(heartbeat_cores, 2),
             "server_rss_mib": round(rss_mib(pid), 1),
+            "get_jobs_profile": profiling.summarize(profile, SCALE_STAGES, top=8),
         }
         print(f"  {json.dumps(result)}", flush=True)
         return result
