@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -73,8 +74,7 @@ async def agent_channel(websocket: WebSocket) -> None:
     try:
         for reply in await controller.on_hello(hello):
             connection.send(reply)
-        while (incoming := await inbound.next(agent_message)) is not None:
-            await _dispatch(controller, connection, incoming, settings.max_log_line_chars)
+        await _serve(inbound, controller, connection, settings.max_log_line_chars)
     except HelloTwice:
         await connection.close(POLICY_VIOLATION, "hello may only be sent once")
     except WebSocketDisconnect:
@@ -85,15 +85,56 @@ async def agent_channel(websocket: WebSocket) -> None:
         log.info("agent %s disconnected", hello.name)
 
 
+async def _serve(
+    inbound: Inbound, controller: Controller, connection: AgentConnection, max_line: int
+) -> None:
+    """Read the agent's frames and apply them, on two tasks.
+
+    The reader notes that the agent is alive as each frame arrives, whatever the applier is
+    waiting for (the controller's lock, the database): with a thousand agents starting ten
+    thousand tasks, applying lags behind by seconds, and a host whose heartbeats sat unread
+    behind its own task reports was taken for lost, its jobs placed again, and so on. Frames
+    are applied in the order they came; a full backlog slows the reader down.
+    """
+    backlog: asyncio.Queue[object] = asyncio.Queue(BACKLOG_FRAMES)
+
+    async def apply() -> None:
+        held: object = None  # taken from the backlog, not applied yet
+        while (message := held if held is not None else await backlog.get()) is not _END:
+            held = None
+            if not isinstance(message, TaskStarted):
+                await _dispatch(controller, connection, message, max_line)
+                continue
+            # Starts that arrived together (a job's tasks) are applied in one transaction.
+            started = [(message.key, message.pid)]
+            while held is None and not backlog.empty():
+                upcoming = backlog.get_nowait()
+                if isinstance(upcoming, TaskStarted):
+                    started.append((upcoming.key, upcoming.pid))
+                else:
+                    held = upcoming
+            await controller.on_tasks_started(connection.host_name, started)
+
+    applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
+    try:
+        while (incoming := await inbound.next(agent_message)) is not None:
+            controller.heard_from(connection.host_name)
+            if applier.done():
+                break  # it failed (hello sent twice): its exception is raised below
+            await backlog.put(incoming)
+        if not applier.done():
+            await backlog.put(_END)  # what arrived before the agent left is still applied
+        await applier
+    finally:
+        applier.cancel()
+
+
 async def _dispatch(
     controller: Controller, connection: AgentConnection, message: object, max_line: int
 ) -> None:
     host = connection.host_name
-    controller.heard_from(host)
     if isinstance(message, Heartbeat):
         await controller.on_heartbeat(host, message.running)
-    elif isinstance(message, TaskStarted):
-        await controller.on_task_started(host, message.key, message.pid)
     elif isinstance(message, TaskExited):
         tail = [log_line(line, max_line) for line in message.exit.log_tail]
         await controller.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))
@@ -128,6 +169,10 @@ async def _owns(controller: Controller, connection: AgentConnection, key: TaskKe
         connection.own_attempts.add(own)
         return True
     return False
+
+
+BACKLOG_FRAMES = 10_000  # received, not yet applied: beyond this the reader waits
+_END = object()
 
 
 def log_line(line: str, max_chars: int) -> str:

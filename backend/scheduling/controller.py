@@ -15,8 +15,9 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
@@ -38,7 +39,7 @@ from backend.jobs.states import (
 )
 from backend.jobs.tfconfig import tf_config
 from backend.scheduling import task_events
-from backend.scheduling.commands import Commands, Outbox, task_key
+from backend.scheduling.commands import RESEND_SECONDS, Commands, Outbox, task_key
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
 from backend.streams.logs import LogStore
@@ -49,6 +50,11 @@ log = logging.getLogger(__name__)
 Change = Callable[[AsyncSession, Commands, Outbox], Awaitable[None]]
 
 RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
+
+
+# Jobs placed in one pass, which is one transaction: a thousand queued jobs placed at once held
+# SQLite's write lock for longer than a submission would wait for it (30 s, then a 500).
+PLACEMENTS_PER_PASS = 50
 
 
 class Controller:
@@ -73,6 +79,7 @@ class Controller:
         # When each agent was last heard from (monotonic), noted as a frame arrives, before
         # any lock: a busy controller must not mistake its own backlog for a silent host.
         self._last_heard: dict[str, float] = {}
+        self._heard_since_recorded: set[str] = set()  # for the next pass to write down
         self._started = time.monotonic()
 
     def wake(self) -> None:
@@ -99,12 +106,34 @@ class Controller:
     async def reconcile(self) -> None:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
+            await self._record_heartbeats(session)
             await self._mark_lost_hosts(session, outbox)
             await self._stop_tasks_of_finished_jobs(session, outbox)
             await self._start_restarted_tasks(session, outbox)
             await self._place_pending_jobs(session, outbox)
             await session.commit()
         self.commands.send(outbox)
+
+    async def _record_heartbeats(self, session: AsyncSession) -> None:
+        """When each agent heard since the last pass was last heard, in one statement."""
+        heard = self._heard_since_recorded
+        if not heard:
+            return
+        self._heard_since_recorded = set()
+        now_wall, now = utcnow(), time.monotonic()
+        await session.execute(
+            update(Host),
+            [
+                {
+                    "id": host_id,
+                    "last_heartbeat_at": now_wall
+                    - timedelta(seconds=now - self._last_heard.get(name, now)),
+                }
+                for name, host_id in (
+                    await session.execute(select(Host.name, Host.id).where(Host.name.in_(heard)))
+                ).all()
+            ],
+        )
 
     def startup_grace(self) -> float:
         """After a server (re)start, agents need time to notice and reconnect (their backoff
@@ -220,7 +249,11 @@ class Controller:
         if not jobs:
             return
         capacity = await self.capacities(session)
+        placed = 0
         for job in jobs:
+            if placed == PLACEMENTS_PER_PASS:
+                self.wake()  # the rest in the next pass, after this one has committed
+                return
             if any(self._old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
                 job.reason = "waiting for the tasks of its previous attempt to stop"
                 continue
@@ -244,6 +277,7 @@ class Controller:
                 task.status, task.pid, task.exit_code = TaskStatus.scheduled, None, None
                 task.started_at = task.finished_at = None
                 self.commands.start(outbox, slot.host_name, job, task, force=True)
+            placed += 1
             hosts = sorted({slot.host_name for slot in slots.values()})
             await transition_job(
                 session=session,
@@ -296,15 +330,20 @@ class Controller:
     def heard_from(self, host_name: str) -> None:
         """An agent's frame arrived: it is alive, whatever the controller is busy with."""
         self._last_heard[host_name] = time.monotonic()
+        self._heard_since_recorded.add(host_name)
 
     async def on_heartbeat(self, host_name: str, running: list[RunningTask]) -> None:
         keys = frozenset(r.key for r in running)
         now = time.monotonic()
         self.heard_from(host_name)
-        last_write = self._last_seen_written.get(host_name, 0.0)
-        write_due = now - last_write >= self.settings.heartbeat_timeout_seconds / 4
-        if not write_due and self._last_running.get(host_name) == keys:
-            return  # nothing new: spare the database
+        # The heartbeat's time reaches the database with the next reconcile pass, for every
+        # host in one statement. The comparison below runs when what the agent runs changed,
+        # or when a start or stop it never answered may be sent again: a full comparison
+        # at every heartbeat was a few dozen queries a second per host, and at a thousand
+        # hosts the server did little else.
+        last_sync = self._last_seen_written.get(host_name, 0.0)
+        if self._last_running.get(host_name) == keys and now - last_sync < RESEND_SECONDS:
+            return
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
             host = await session.scalar(select(Host).where(Host.name == host_name))
@@ -326,15 +365,23 @@ class Controller:
                 session=session, host=host, key=key
             )
 
-    async def on_task_started(self, host_name: str, key: TaskKey, pid: int) -> None:
+    async def on_tasks_started(self, host_name: str, started: list[tuple[TaskKey, int]]) -> None:
+        """Task attempts an agent has started, (key, pid) each, applied in one transaction: a
+        job's tasks start together, and one commit each made 10,000 starts take minutes."""
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
             host = await session.scalar(select(Host).where(Host.name == host_name))
             if host is None:
                 return
-            await task_events.mark_started(
-                session=session, commands=self.commands, outbox=outbox, host=host, key=key, pid=pid
-            )
+            for key, pid in started:
+                await task_events.mark_started(
+                    session=session,
+                    commands=self.commands,
+                    outbox=outbox,
+                    host=host,
+                    key=key,
+                    pid=pid,
+                )
             await session.commit()
         self.commands.send(outbox)
 

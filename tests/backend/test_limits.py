@@ -321,6 +321,12 @@ def test_the_server_cuts_long_log_lines_with_a_marker(database_url: str, tmp_pat
         key = TaskKey(job_id=job_id, task="chief:0", attempt=0)
         with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
             ws.send_text(hello_frame())
+            # Logs of a task placed on this agent (an agent speaks only for its own tasks).
+            while not isinstance(
+                message := server_message.validate_json(ws.receive_text()), StartTask
+            ):
+                pass
+            assert message.key == key
             ws.send_text(logs_frame(["a" * 256, "b" * 257, "one\ntwo", "last"], key=key))
             assert ack(ws).next_line == 4
         logs = client.get(f"/jobs/{job_id}/tasks/chief:0/logs", headers=ADMIN).json()
