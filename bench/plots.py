@@ -49,7 +49,7 @@ def recovery_plot(recovery: dict[str, Any], out: Path) -> None:
 def scale_plot(scale: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt
 
-    runs = sorted(scale["runs"], key=lambda r: r["agents"])
+    runs = sorted((r for r in scale["runs"] if "failed" not in r), key=lambda r: r["agents"])
     agents = [r["agents"] for r in runs]
     figure, (latency, placing) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
     for key, label in (

@@ -105,3 +105,27 @@ def test_server_refuses_to_start_without_tokens(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "STRATA_API_TOKEN" in result.stdout
+
+
+def test_tokens_are_created_listed_and_revoked(server_url: str) -> None:
+    created = strata("tokens", "create", "grafana", "--expires", "30d", url=server_url)
+    assert created.returncode == 0, created.stderr
+    header, secret, *_ = created.stdout.splitlines()
+    token_id = header.split()[1]
+    assert "(grafana, viewer) created" in header and secret.startswith("stk_")
+
+    listed = strata("tokens", "ls", url=server_url)
+    row = next(line for line in listed.stdout.splitlines() if " grafana " in line)
+    assert "viewer" in row and "active" in row and secret not in listed.stdout
+
+    assert strata("jobs", "ls", url=server_url, token=secret).returncode == 0
+    refused = strata("submit", "examples/digits_ps.yaml", url=server_url, token=secret)
+    assert refused.returncode == 1 and "error (403)" in refused.stderr
+
+    revoked = strata("tokens", "revoke", token_id, url=server_url)
+    assert revoked.returncode == 0 and f"token {token_id} (grafana) revoked" in revoked.stdout
+    after = strata("jobs", "ls", url=server_url, token=secret)
+    assert after.returncode == 1 and "error (401)" in after.stderr
+
+    bad = strata("tokens", "create", "x", "--expires", "soon", url=server_url)
+    assert bad.returncode == 2 and "expected a number and a unit" in bad.stderr
