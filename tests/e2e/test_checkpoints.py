@@ -45,7 +45,8 @@ def series(cluster: Cluster, job_id: int, task_name: str, name: str) -> dict[str
 
 
 def test_checkpoint_now_and_the_sidecar_evaluator(cluster: Cluster) -> None:
-    spec = ps_spec("ckpt-now", 40, checkpoint={"every_epochs": 10, "keep": 3})
+    # Long enough to outlast the evaluator's start and stop; it is cancelled at the end.
+    spec = ps_spec("ckpt-now", 400, checkpoint={"every_epochs": 10, "keep": 3})
     job = cluster.submit(spec)
     job_id = job["id"]
     cluster.wait_for(
