@@ -117,14 +117,22 @@ async def _serve(
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
+        twice = False
         while (incoming := await inbound.next(agent_message)) is not None:
             controller.heard_from(connection.host_name)
             if applier.done():
-                break  # it failed (hello sent twice): its exception is raised below
+                break  # it failed: its exception is raised below
+            if isinstance(incoming, Hello):
+                # A protocol error, found as the frame arrives (not after the backlog):
+                # the channel closes for it before any later frame is read.
+                twice = True
+                break
             await backlog.put(incoming)
         if not applier.done():
-            await backlog.put(_END)  # what arrived before the agent left is still applied
+            await backlog.put(_END)  # what arrived before is still applied
         await applier
+        if twice:
+            raise HelloTwice
     finally:
         applier.cancel()
 
@@ -156,8 +164,6 @@ async def _dispatch(
         connection.send(
             LogsAck(key=key, next_line=logs.received(key.job_id, key.task, key.attempt))
         )
-    elif isinstance(message, Hello):
-        raise HelloTwice
 
 
 async def _owns(controller: Controller, connection: AgentConnection, key: TaskKey) -> bool:

@@ -231,3 +231,19 @@ def test_an_agent_cannot_speak_for_another_hosts_task(
     assert f"security: refused agent host-b: task_started for {what}" in refusals
     assert f"security: refused agent host-b: logs of {what}, which it does not run" in refusals
     assert f"security: refused agent host-b: task_exited for {what}" in refusals
+
+
+def test_a_second_hello_closes_the_channel_before_later_frames_are_read(
+    client: TestClient,
+) -> None:
+    """Frames are applied behind the reader; a second hello is refused as it arrives, so a
+    garbled frame after it does not change the reason (found by the websocket fuzzer)."""
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello())
+        assert isinstance(receive(ws), Welcome)
+        ws.send_text(hello())
+        ws.send_text("")
+        with pytest.raises(WebSocketDisconnect) as closed:
+            while True:
+                receive(ws)
+    assert (closed.value.code, closed.value.reason) == (1008, "hello may only be sent once")
