@@ -99,21 +99,8 @@ async def _serve(
     backlog: asyncio.Queue[object] = asyncio.Queue(BACKLOG_FRAMES)
 
     async def apply() -> None:
-        held: object = None  # taken from the backlog, not applied yet
-        while (message := held if held is not None else await backlog.get()) is not _END:
-            held = None
-            if not isinstance(message, TaskStarted):
-                await _dispatch(controller, connection, message, max_line)
-                continue
-            # Starts that arrived together (a job's tasks) are applied in one transaction.
-            started = [(message.key, message.pid)]
-            while held is None and not backlog.empty():
-                upcoming = backlog.get_nowait()
-                if isinstance(upcoming, TaskStarted):
-                    started.append((upcoming.key, upcoming.pid))
-                else:
-                    held = upcoming
-            await controller.on_tasks_started(connection.host_name, started)
+        while (message := await backlog.get()) is not _END:
+            await _dispatch(controller, connection, message, max_line)
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
@@ -142,7 +129,9 @@ async def _dispatch(
 ) -> None:
     host = connection.host_name
     if isinstance(message, Heartbeat):
-        await controller.on_heartbeat(host, message.running)
+        controller.on_heartbeat(host, message.running)
+    elif isinstance(message, TaskStarted):
+        controller.on_task_started(host, message.key, message.pid)
     elif isinstance(message, TaskExited):
         tail = [log_line(line, max_line) for line in message.exit.log_tail]
         await controller.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))

@@ -14,10 +14,10 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
@@ -42,6 +42,7 @@ from backend.scheduling import task_events
 from backend.scheduling.commands import RESEND_SECONDS, Commands, Outbox, task_key
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.running import RunningReports
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 # Jobs placed in one pass, which is one transaction: a thousand queued jobs placed at once held
 # SQLite's write lock for longer than a submission would wait for it (30 s, then a 500).
 PLACEMENTS_PER_PASS = 50
+PENDING_PAGE = 2 * PLACEMENTS_PER_PASS  # queued jobs loaded at a time while placing
 
 
 class Controller:
@@ -74,12 +76,26 @@ class Controller:
         self.commands = Commands(settings=settings, tokens=tokens, hub=hub)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
-        self._last_running: dict[str, frozenset[TaskKey]] = {}
-        self._last_seen_written: dict[str, float] = {}
+        self._running = RunningReports()
+        self._last_compared: dict[str, float] = {}
         # When each agent was last heard from (monotonic), noted as a frame arrives, before
         # any lock: a busy controller must not mistake its own backlog for a silent host.
         self._last_heard: dict[str, float] = {}
         self._heard_since_recorded: set[str] = set()  # for the next pass to write down
+        # Hosts whose last comparison found them running exactly what they should, with no
+        # command sent to them since: their heartbeats need no comparison until what they
+        # run changes. Comparing every host every few seconds anyway was a transaction per
+        # host each time, and at a thousand hosts the controller did little else.
+        self._settled: set[str] = set()
+        # Agents' reports kept for the next pass, which applies them all in one transaction:
+        # one transaction per report, each waiting for the lock, did not keep up with a
+        # thousand agents starting ten thousand tasks.
+        self._reported_starts: dict[str, list[tuple[TaskKey, int]]] = {}
+        self._to_compare: dict[str, list[RunningTask]] = {}
+        # What the cluster looked like when the queued jobs last found no room (see
+        # _place_pending_jobs), and when.
+        self._unplaced: tuple[object, ...] | None = None
+        self._unplaced_at = 0.0
         self._started = time.monotonic()
 
     def wake(self) -> None:
@@ -107,12 +123,79 @@ class Controller:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
             await self._record_heartbeats(session)
+            await self._apply_reported_starts(session, outbox, list(self._reported_starts))
+            compared = await self._compare_reported(session, outbox)
             await self._mark_lost_hosts(session, outbox)
             await self._stop_tasks_of_finished_jobs(session, outbox)
             await self._start_restarted_tasks(session, outbox)
             await self._place_pending_jobs(session, outbox)
             await session.commit()
-        self.commands.send(outbox)
+        for host_name, (keys, agrees) in compared.items():
+            self._compared(host_name, keys, agrees, outbox)
+        self._send(outbox)
+
+    async def _apply_reported_starts(
+        self, session: AsyncSession, outbox: Outbox, host_names: list[str]
+    ) -> None:
+        """Apply the starts these agents reported since the last pass."""
+        reports = {name: self._reported_starts.pop(name, []) for name in host_names}
+        hosts = await self._hosts_named(session, [name for name, r in reports.items() if r])
+        starts = [
+            (hosts[name], key, pid)
+            for name, started in reports.items()
+            if name in hosts
+            for key, pid in started
+        ]
+        if starts:
+            await task_events.mark_started_many(
+                session=session, commands=self.commands, outbox=outbox, starts=starts
+            )
+
+    async def _compare_reported(
+        self, session: AsyncSession, outbox: Outbox
+    ) -> dict[str, tuple[frozenset[TaskKey], bool]]:
+        """Compare each host whose heartbeat asked for it with what it should run, all in
+        one query; returns what each reported and whether it agrees, to note after commit."""
+        reports, self._to_compare = self._to_compare, {}
+        hosts = await self._hosts_named(session, list(reports))
+        placed = await self._placed_on(session, [host.id for host in hosts.values()])
+        compared = {}
+        for name, running in reports.items():
+            host = hosts.get(name)
+            if host is None:
+                continue
+            host.status = HostStatus.online
+            agrees = await self._sync_running(
+                session, outbox, host, running, placed.get(host.id, {}), force=False
+            )
+            compared[name] = (frozenset(r.key for r in running), agrees)
+        return compared
+
+    @staticmethod
+    async def _hosts_named(session: AsyncSession, names: list[str]) -> dict[str, Host]:
+        if not names:
+            return {}
+        return {
+            host.name: host
+            for host in await session.scalars(select(Host).where(Host.name.in_(names)))
+        }
+
+    @staticmethod
+    async def _placed_on(
+        session: AsyncSession, host_ids: list[int]
+    ) -> dict[int, dict[TaskKey, tuple[Task, Job]]]:
+        """Per host, the attempts it should run: the live tasks placed on it, with their jobs."""
+        placed: dict[int, dict[TaskKey, tuple[Task, Job]]] = {}
+        if not host_ids:
+            return placed
+        for task, job in await session.execute(
+            select(Task, Job)
+            .join(Task.job)
+            .where(Task.host_id.in_(host_ids), Task.status.in_(LIVE_TASK_STATUSES))
+        ):
+            assert task.host_id is not None
+            placed.setdefault(task.host_id, {})[task_key(task)] = (task, job)
+        return placed
 
     async def _record_heartbeats(self, session: AsyncSession) -> None:
         """When each agent heard since the last pass was last heard, in one statement."""
@@ -145,12 +228,14 @@ class Controller:
         now = time.monotonic()
         if now - self._started < self.startup_grace():
             return
-        for host in await session.scalars(select(Host).where(Host.status == HostStatus.online)):
-            # Not heard from since this server started (and the grace is over): silent too.
-            if now - self._last_heard.get(host.name, self._started) <= timeout:
-                continue
+        online = await session.scalars(select(Host.name).where(Host.status == HostStatus.online))
+        # Not heard from since this server started (and the grace is over): silent too.
+        silent = [n for n in online if now - self._last_heard.get(n, self._started) > timeout]
+        if not silent:
+            return
+        for host in await session.scalars(select(Host).where(Host.name.in_(silent))):
             host.status = HostStatus.lost
-            self._last_running.pop(host.name, None)  # what it ran is gone with it
+            self._running.forget(host.name)
             log.warning("host %s lost: no heartbeat for %.0fs", host.name, timeout)
             await task_events.mark_host_lost(
                 session=session,
@@ -176,11 +261,7 @@ class Controller:
 
     def _old_attempt_running(self, job_id: int, task: str, attempt: int) -> bool:
         """Whether an agent still runs an earlier attempt of this task (its port is taken)."""
-        return any(
-            key.job_id == job_id and key.task == task and key.attempt < attempt
-            for keys in self._last_running.values()
-            for key in keys
-        )
+        return self._running.earlier_attempt_runs(job_id, task, attempt)
 
     def _start_if_due(
         self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool = False
@@ -238,19 +319,31 @@ class Controller:
         ]
 
     async def _place_pending_jobs(self, session: AsyncSession, outbox: Outbox) -> None:
-        jobs = list(
+        queue = list(
             await session.scalars(
-                select(Job)
+                select(Job.id)
                 .where(Job.status == JobStatus.pending)
-                .options(selectinload(Job.tasks))
                 .order_by(Job.priority.desc(), Job.id)
             )
         )
-        if not jobs:
+        if not queue:
             return
+        # Jobs that found no room wait for something to change: the queue, the agents
+        # connected, what they run, the live tasks. Examining them again on every pass cost
+        # a thousand hosts' capacity each time; they are still looked at every few seconds.
+        live = select(func.count()).select_from(Task).where(Task.status.in_(LIVE_TASK_STATUSES))
+        situation = (
+            tuple(queue),
+            self.hub.count(),
+            self._running.changes,
+            await session.scalar(live),
+        )
+        if situation == self._unplaced and time.monotonic() - self._unplaced_at < RESEND_SECONDS:
+            return
+        self._unplaced = None
         capacity = await self.capacities(session)
         placed = 0
-        for job in jobs:
+        async for job in self._pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
                 self.wake()  # the rest in the next pass, after this one has committed
                 return
@@ -285,6 +378,24 @@ class Controller:
                 to=JobStatus.scheduled,
                 reason=f"placed on {', '.join(hosts)}",
             )
+        if not placed:
+            self._unplaced, self._unplaced_at = situation, time.monotonic()
+
+    @staticmethod
+    async def _pending_jobs(session: AsyncSession, queue: list[int]) -> AsyncIterator[Job]:
+        """The queued jobs with their tasks, in queue order, loaded a page at a time: a pass
+        places a few dozen, and loading every queued job's tasks each pass was most of it."""
+        for first in range(0, len(queue), PENDING_PAGE):
+            page = queue[first : first + PENDING_PAGE]
+            loaded = {
+                job.id: job
+                for job in await session.scalars(
+                    select(Job).where(Job.id.in_(page)).options(selectinload(Job.tasks))
+                )
+            }
+            for job_id in page:
+                if job_id in loaded:
+                    yield loaded[job_id]
 
     # --- requests ---------------------------------------------------------------------
 
@@ -295,7 +406,7 @@ class Controller:
             outbox = Outbox()
             await change(session, self.commands, outbox)
             await session.commit()
-        self.commands.send(outbox)
+        self._send(outbox)
         self.wake()
 
     # --- agent events ----------------------------------------------------------------
@@ -313,17 +424,22 @@ class Controller:
                 devices=[DeviceInfo(**d.model_dump()) for d in hello.devices],
                 agent_version=hello.version,
             )
+            # Starts it reported on its previous connection come before what it says now.
+            await self._apply_reported_starts(session, outbox, [hello.name])
+            self._to_compare.pop(hello.name, None)
             for exit in hello.finished:
                 await task_events.apply_exit(
                     session=session, commands=self.commands, outbox=outbox, host=host, exit=exit
                 )
-            await self._sync_running(session, outbox, host, hello.running, force=True)
+            placed = await self._placed_on(session, [host.id])
+            agrees = await self._sync_running(
+                session, outbox, host, hello.running, placed.get(host.id, {}), force=True
+            )
             await session.commit()
-        self._last_seen_written[hello.name] = time.monotonic()
-        self._last_running[hello.name] = frozenset(r.key for r in hello.running)
+        self._compared(hello.name, frozenset(r.key for r in hello.running), agrees, outbox)
         first: list[ServerMessage] = [Welcome(heartbeat_seconds=self.settings.heartbeat_seconds)]
         first += [m for h, m in outbox.messages if h == hello.name]
-        self.commands.send(Outbox([(h, m) for h, m in outbox.messages if h != hello.name]))
+        self._send(Outbox([(h, m) for h, m in outbox.messages if h != hello.name]))
         self.wake()
         return first
 
@@ -332,29 +448,36 @@ class Controller:
         self._last_heard[host_name] = time.monotonic()
         self._heard_since_recorded.add(host_name)
 
-    async def on_heartbeat(self, host_name: str, running: list[RunningTask]) -> None:
+    def on_heartbeat(self, host_name: str, running: list[RunningTask]) -> None:
         keys = frozenset(r.key for r in running)
-        now = time.monotonic()
         self.heard_from(host_name)
         # The heartbeat's time reaches the database with the next reconcile pass, for every
-        # host in one statement. The comparison below runs when what the agent runs changed,
-        # or when a start or stop it never answered may be sent again: a full comparison
-        # at every heartbeat was a few dozen queries a second per host, and at a thousand
-        # hosts the server did little else.
-        last_sync = self._last_seen_written.get(host_name, 0.0)
-        if self._last_running.get(host_name) == keys and now - last_sync < RESEND_SECONDS:
-            return
-        async with self._lock, self.sessions() as session:
-            outbox = Outbox()
-            host = await session.scalar(select(Host).where(Host.name == host_name))
-            if host is None:
+        # host in one statement. So does a comparison with the database, which a heartbeat
+        # asks for only when what the agent runs changed, or while a start or stop it has
+        # not answered yet may be due again; a settled host costs nothing here.
+        if self._running.of(host_name) == keys:
+            since = time.monotonic() - self._last_compared.get(host_name, 0.0)
+            if host_name in self._settled or since < RESEND_SECONDS:
                 return
-            host.last_heartbeat_at = utcnow()
-            host.status = HostStatus.online
-            await self._sync_running(session, outbox, host, running, force=False)
-            await session.commit()
-        self._last_seen_written[host_name] = now
-        self._last_running[host_name] = keys
+        self._to_compare[host_name] = running
+        self.wake()
+
+    def _compared(
+        self, host_name: str, keys: frozenset[TaskKey], agrees: bool, outbox: Outbox
+    ) -> None:
+        """Note a finished comparison (its outbox not sent yet) of what a host runs."""
+        self._last_compared[host_name] = time.monotonic()
+        self._running.report(host_name, keys)
+        if agrees and all(host != host_name for host, _ in outbox.messages):
+            self._settled.add(host_name)
+        else:
+            self._settled.discard(host_name)
+
+    def _send(self, outbox: Outbox) -> None:
+        """Send commands decided in a committed transaction. A host given one is unsettled
+        until a comparison sees that it followed it (or the command is sent again)."""
+        for host, _ in outbox.messages:
+            self._settled.discard(host)
         self.commands.send(outbox)
 
     async def attempt_ran_on(self, host_name: str, key: TaskKey) -> bool:
@@ -365,29 +488,21 @@ class Controller:
                 session=session, host=host, key=key
             )
 
-    async def on_tasks_started(self, host_name: str, started: list[tuple[TaskKey, int]]) -> None:
-        """Task attempts an agent has started, (key, pid) each, applied in one transaction: a
-        job's tasks start together, and one commit each made 10,000 starts take minutes."""
-        async with self._lock, self.sessions() as session:
-            outbox = Outbox()
-            host = await session.scalar(select(Host).where(Host.name == host_name))
-            if host is None:
-                return
-            for key, pid in started:
-                await task_events.mark_started(
-                    session=session,
-                    commands=self.commands,
-                    outbox=outbox,
-                    host=host,
-                    key=key,
-                    pid=pid,
-                )
-            await session.commit()
-        self.commands.send(outbox)
+    def on_task_started(self, host_name: str, key: TaskKey, pid: int) -> None:
+        """A task attempt an agent has started: applied by the next pass."""
+        self._reported_starts.setdefault(host_name, []).append((key, pid))
+        # A heartbeat waiting to be compared was sent before this start: comparing it after
+        # the start is applied would take the task for one that has already gone.
+        self._to_compare.pop(host_name, None)
+        self.wake()
 
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
+            # Its starts, reported before this exit, are applied first; a heartbeat waiting
+            # to be compared is older than the exit, and the next one says what runs now.
+            await self._apply_reported_starts(session, outbox, [host_name])
+            self._to_compare.pop(host_name, None)
             host = await session.scalar(select(Host).where(Host.name == host_name))
             if host is None:
                 return
@@ -395,7 +510,7 @@ class Controller:
                 session=session, commands=self.commands, outbox=outbox, host=host, exit=exit
             )
             await session.commit()
-        self.commands.send(outbox)
+        self._send(outbox)
         self.wake()  # freed capacity may let a pending job in
 
     async def _sync_running(
@@ -404,20 +519,25 @@ class Controller:
         outbox: Outbox,
         host: Host,
         running: list[RunningTask],
+        placed_here: dict[TaskKey, tuple[Task, Job]],
         *,
         force: bool,
-    ) -> None:
-        """Compare what the agent runs with what it should run, and send the difference."""
+    ) -> bool:
+        """Compare what the agent runs with what it should run (`placed_here`, from
+        _placed_on), and send the difference. Returns whether the two agree once this is
+        applied, with nothing left to start or stop."""
         reported = {r.key: r.pid for r in running}
+        agrees = True
         for key, pid in reported.items():
-            task = await task_events.find_task(session=session, key=key)
-            job = await session.get(Job, key.job_id) if task is not None else None
+            task, job = placed_here.get(key, (None, None))
             if not task_events.wanted_on(task, job, host, key):
                 self.commands.stop(
                     outbox, host.name, key, "this attempt should not run", force=force
                 )
+                agrees = False
             elif task is not None and task.status is TaskStatus.scheduled:
                 # Its task_started was lost with a dropped connection.
+                agrees = False  # compared again soon: what this changed was not loaded
                 await task_events.mark_started(
                     session=session,
                     commands=self.commands,
@@ -426,20 +546,19 @@ class Controller:
                     key=key,
                     pid=pid,
                 )
-        for task in await session.scalars(
-            select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE_TASK_STATUSES))
-        ):
-            key = task_key(task)
+        for key, (task, job) in placed_here.items():
             if key in reported:
                 continue
-            job = await session.get_one(Job, task.job_id)
             if job.status.is_terminal:
                 task.status, task.finished_at = TaskStatus.stopped, utcnow()
             elif task.status is TaskStatus.running:
                 # Exits travel before heartbeats on the same channel: this one went unseen.
                 gone = TaskExit(key=key, exit_code=None, error="the agent no longer runs it")
+                agrees = False  # a restart it causes may place attempts here
                 await task_events.apply_exit(
                     session=session, commands=self.commands, outbox=outbox, host=host, exit=gone
                 )
             else:
                 self._start_if_due(outbox, host.name, job, task, force=force)
+                agrees = False
+        return agrees

@@ -75,6 +75,9 @@ class AgentHub:
     def connected(self, host_name: str) -> bool:
         return host_name in self._connections
 
+    def count(self) -> int:
+        return len(self._connections)
+
     async def close_all(self) -> None:
         for connection in list(self._connections.values()):
             await connection.close(1001, "server shutting down")

@@ -7,8 +7,11 @@ not on the reporting host, changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
 
 from agents.protocol import TaskExit, TaskKey
 from backend import security
@@ -98,6 +101,46 @@ async def mark_started(
 ) -> None:
     task = await find_task(session=session, key=key)
     job = await session.get(Job, key.job_id) if task is not None else None
+    siblings = await session.scalars(select(Task).where(Task.job_id == key.job_id))
+    await _start(session, commands, outbox, host, key, pid, task, job, list(siblings))
+
+
+async def mark_started_many(
+    *,
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    starts: Sequence[tuple[Host, TaskKey, int]],
+) -> None:
+    """mark_started for many reports at once, loading their jobs and tasks in a few queries:
+    a thousand agents report ten thousand starts within seconds."""
+    job_ids = sorted({key.job_id for _, key, _ in starts})
+    jobs: dict[int, Job] = {}
+    for first in range(0, len(job_ids), 500):
+        loaded = await session.scalars(
+            select(Job)
+            .where(Job.id.in_(job_ids[first : first + 500]))
+            .options(selectinload(Job.tasks))
+        )
+        jobs.update((job.id, job) for job in loaded)
+    for host, key, pid in starts:
+        job = jobs.get(key.job_id)
+        tasks = list(job.tasks) if job is not None else []
+        task = next((t for t in tasks if t.name == key.task), None)
+        await _start(session, commands, outbox, host, key, pid, task, job, tasks)
+
+
+async def _start(
+    session: AsyncSession,
+    commands: Commands,
+    outbox: Outbox,
+    host: Host,
+    key: TaskKey,
+    pid: int,
+    task: Task | None,
+    job: Job | None,
+    siblings: list[Task],
+) -> None:
     if not wanted_on(task, job, host, key):
         if task is None or task.host_id not in (None, host.id):
             # Not a late start of an attempt that was stopped: another host's task, or none.
@@ -115,12 +158,12 @@ async def mark_started(
             message=f"{task.name} started on {host.name} (pid {pid})",
             data={"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name},
         )
-    if job.status in (JobStatus.scheduled, JobStatus.restarting):
-        siblings = await session.scalars(select(Task).where(Task.job_id == job.id))
-        if all(t.status is TaskStatus.running for t in siblings if t.role != "evaluator"):
-            await transition_job(
-                session=session, job=job, to=JobStatus.running, reason="all tasks are running"
-            )
+    if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
+        t.status is TaskStatus.running for t in siblings if t.role != "evaluator"
+    ):
+        await transition_job(
+            session=session, job=job, to=JobStatus.running, reason="all tasks are running"
+        )
 
 
 async def apply_exit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -362,8 +363,14 @@ def test_a_pid_past_the_database_column_is_refused_and_the_agent_goes_on(
             ws.send_text(TaskStarted(key=start.key, pid=4242).model_dump_json())
             ws.send_text(logs_frame(["ok"], key=start.key))
             assert ack(ws).next_line == 1
-        tasks = client.get(f"/jobs/{start.key.job_id}", headers=ADMIN).json()["tasks"]
-        assert tasks[0]["pid"] == 4242
+            # Starts are applied by the controller's next pass.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                job = client.get(f"/jobs/{start.key.job_id}", headers=ADMIN).json()
+                if job["tasks"][0]["pid"] is not None:
+                    break
+                time.sleep(0.05)
+        assert job["tasks"][0]["pid"] == 4242
 
 
 def test_limits_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:

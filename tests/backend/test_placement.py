@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from backend.scheduling.placement import HostCapacity, Slot, TaskNeed, Unplaceable, place
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backend.scheduling.placement import (
+    HostCapacity,
+    Slot,
+    TaskNeed,
+    Unplaceable,
+    _place_on,
+    place,
+)
 
 
 def host(
@@ -77,3 +87,32 @@ def test_zero_gpu_job_on_gpu_less_hosts() -> None:
     slots = place(PS_JOB[:1] + PS_JOB[3:], [host(1, 0), host(2, 0)])
     assert not isinstance(slots, Unplaceable)
     assert {s.host_id for s in slots.values()} == {1, 2}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    free=st.lists(st.integers(0, 4), min_size=1, max_size=12),
+    port_counts=st.lists(st.integers(1, 3), min_size=12, max_size=12),
+    gpus_needed=st.lists(st.integers(0, 3), min_size=1, max_size=6),
+    jobs=st.integers(1, 4),
+)
+def test_looking_only_at_the_shortlist_places_as_looking_at_every_host(
+    free: list[int], port_counts: list[int], gpus_needed: list[int], jobs: int
+) -> None:
+    """place() considers only the hosts with the most free GPUs; with busy ports and jobs
+    placed one after another, it must choose exactly what the rule over every host chooses."""
+
+    def cluster() -> list[HostCapacity]:
+        return [
+            host(i + 1, gpus, ports=(100, 100 + port_counts[i] - 1), used={100} if i % 3 else None)
+            for i, gpus in enumerate(free)
+        ]
+
+    needs = [TaskNeed("worker", i, g) for i, g in enumerate(gpus_needed)]
+    shortlisted, everywhere = cluster(), cluster()
+    for _ in range(jobs):
+        expected = _place_on(needs, everywhere)
+        assert place(needs, shortlisted) == expected
+        assert [(h.free_gpus, h.used_ports) for h in shortlisted] == [
+            (h.free_gpus, h.used_ports) for h in everywhere
+        ]

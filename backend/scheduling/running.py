@@ -1,0 +1,49 @@
+"""What each agent last reported running, indexed for the controller's most frequent question."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from agents.protocol import TaskKey
+
+
+class RunningReports:
+    """Each host's last reported set of running attempts, and per task the attempts that run.
+
+    Before a task's next attempt starts, the controller asks whether an earlier one still runs
+    anywhere (it holds the port and the GPUs). Scanning every host's report for every task
+    placed was a hundred million comparisons for a thousand jobs on a thousand hosts.
+    """
+
+    def __init__(self) -> None:
+        self._by_host: dict[str, frozenset[TaskKey]] = {}
+        self._attempts: dict[tuple[int, str], Counter[int]] = {}
+        self.changes = 0  # how many reports changed something, to notice that one did
+
+    def of(self, host: str) -> frozenset[TaskKey] | None:
+        return self._by_host.get(host)
+
+    def report(self, host: str, keys: frozenset[TaskKey]) -> None:
+        previous = self._by_host.get(host, frozenset())
+        if previous == keys:
+            return
+        for key in previous - keys:
+            attempts = self._attempts[(key.job_id, key.task)]
+            attempts[key.attempt] -= 1
+            if attempts[key.attempt] <= 0:
+                del attempts[key.attempt]
+            if not attempts:
+                del self._attempts[(key.job_id, key.task)]
+        for key in keys - previous:
+            self._attempts.setdefault((key.job_id, key.task), Counter())[key.attempt] += 1
+        self._by_host[host] = keys
+        self.changes += 1
+
+    def forget(self, host: str) -> None:
+        """The host is gone, and what it ran with it."""
+        if host in self._by_host:
+            self.report(host, frozenset())
+            del self._by_host[host]
+
+    def earlier_attempt_runs(self, job_id: int, task: str, attempt: int) -> bool:
+        return any(a < attempt for a in self._attempts.get((job_id, task), ()))
