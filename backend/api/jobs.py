@@ -6,6 +6,7 @@ import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import MAX_INT32
 from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, SettingsDep
@@ -61,10 +62,13 @@ async def submit_job(
     """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
     body = await read_body(request, settings.max_request_bytes)
     spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
-    job = await service.create_job(session=session, spec=spec)
-    await session.commit()
-    request.app.state.controller.wake()
-    return service.job_read(await service.get_job(session=session, job_id=job.id))
+
+    async def create(transaction: AsyncSession, *_: object) -> int:
+        return (await service.create_job(session=transaction, spec=spec)).id
+
+    # Under the controller's lock, like every change to jobs (see Controller.apply).
+    job_id = await request.app.state.controller.apply(create)
+    return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
 @router.get("", response_model=JobPage)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import defer, joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from backend.errors import NotFound
@@ -72,7 +72,8 @@ async def list_jobs(
     page = await session.scalars(
         select(Job)
         .where(*filters)
-        .options(*_with_tasks())
+        # Not shown in a job's view, and a JSON document per task to parse.
+        .options(selectinload(Job.tasks).options(defer(Task.tf_config), joinedload(Task.host)))
         .order_by(Job.id.desc())
         .limit(limit)
         .offset(offset)

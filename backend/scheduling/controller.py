@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -25,7 +26,7 @@ from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.db import utcnow
-from backend.hosts.models import Host
+from backend.hosts.models import Device, Host
 from backend.hosts.service import DeviceInfo, register_host
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
@@ -46,9 +47,10 @@ from backend.scheduling.running import RunningReports
 from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A change applied by Controller.apply: it gets the session, the commands and an outbox.
-Change = Callable[[AsyncSession, Commands, Outbox], Awaitable[None]]
+Change = Callable[[AsyncSession, Commands, Outbox], Awaitable[T]]
 
 RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 
@@ -82,6 +84,7 @@ class Controller:
         # any lock: a busy controller must not mistake its own backlog for a silent host.
         self._last_heard: dict[str, float] = {}
         self._heard_since_recorded: set[str] = set()  # for the next pass to write down
+        self._heartbeats_recorded_at = 0.0
         # Hosts whose last comparison found them running exactly what they should, with no
         # command sent to them since: their heartbeats need no comparison until what they
         # run changes. Comparing every host every few seconds anyway was a transaction per
@@ -200,8 +203,12 @@ class Controller:
     async def _record_heartbeats(self, session: AsyncSession) -> None:
         """When each agent heard since the last pass was last heard, in one statement."""
         heard = self._heard_since_recorded
-        if not heard:
+        now = time.monotonic()
+        # At most once per heartbeat period: a thousand rows written on every pass held
+        # SQLite's write lock for much of the time.
+        if not heard or now - self._heartbeats_recorded_at < self.settings.heartbeat_seconds:
             return
+        self._heartbeats_recorded_at = now
         self._heard_since_recorded = set()
         now_wall, now = utcnow(), time.monotonic()
         await session.execute(
@@ -285,15 +292,23 @@ class Controller:
                 self._start_if_due(outbox, task.host.name, job, task)
 
     async def capacities(self, session: AsyncSession) -> list[HostCapacity]:
+        """What each connected online host has free. Read as plain rows, not ORM objects: a
+        thousand hosts, their eight thousand devices and ten thousand live tasks, each pass
+        that has a job to place."""
         hosts = [
-            h
-            for h in await session.scalars(
-                select(Host)
-                .where(Host.status == HostStatus.online)
-                .options(selectinload(Host.devices))
+            row
+            for row in await session.execute(
+                select(
+                    Host.id, Host.name, Host.address, Host.port_range_start, Host.port_range_end
+                ).where(Host.status == HostStatus.online)
             )
-            if self.hub.connected(h.name)
+            if self.hub.connected(row.name)
         ]
+        devices: dict[int, list[int]] = {}
+        for owner, index in await session.execute(
+            select(Device.host_id, Device.index).order_by(Device.host_id, Device.index)
+        ):
+            devices.setdefault(owner, []).append(index)
         busy = await session.execute(
             select(Task.host_id, Task.port, Task.gpu_indices).where(
                 Task.status.in_(LIVE_TASK_STATUSES), Task.host_id.is_not(None)
@@ -311,7 +326,7 @@ class Controller:
                 host_id=h.id,
                 name=h.name,
                 address=h.address,
-                free_gpus=[d.index for d in h.devices if d.index not in used_gpus.get(h.id, set())],
+                free_gpus=[i for i in devices.get(h.id, []) if i not in used_gpus.get(h.id, ())],
                 port_range=(h.port_range_start, h.port_range_end),
                 used_ports=used_ports.get(h.id, set()),
             )
@@ -399,15 +414,18 @@ class Controller:
 
     # --- requests ---------------------------------------------------------------------
 
-    async def apply(self, change: Change) -> None:
+    async def apply(self, change: Change[T]) -> T:
         """Run a change to jobs and tasks under the controller's lock, in its own transaction,
-        and send the commands it decided once it has committed."""
+        and send the commands it decided once it has committed. Submissions come this way
+        too: on SQLite, a writer outside the lock waited for the database's write lock,
+        which passes coming one after another could keep from it for minutes."""
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
-            await change(session, self.commands, outbox)
+            result = await change(session, self.commands, outbox)
             await session.commit()
         self._send(outbox)
         self.wake()
+        return result
 
     # --- agent events ----------------------------------------------------------------
 
