@@ -67,7 +67,7 @@ async def submit_job(
         return (await service.create_job(session=transaction, spec=spec)).id
 
     # Under the controller's lock, like every change to jobs (see Controller.apply).
-    job_id = await request.app.state.controller.apply(create)
+    job_id = await request.app.state.controller.apply(create, frees_or_takes_capacity=False)
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

@@ -99,6 +99,13 @@ class Controller:
         # _place_pending_jobs), and when.
         self._unplaced: tuple[object, ...] | None = None
         self._unplaced_at = 0.0
+        # What the hosts have free, kept between passes while nothing but placement changes
+        # it (placement updates it as it places). Reading it from the database took most of
+        # a pass at a thousand hosts, and a pass runs for every submission. Anything that
+        # may free or take capacity otherwise drops it (_capacity_changed); it is read again
+        # every few seconds regardless.
+        self._capacity: list[HostCapacity] | None = None
+        self._capacity_key: tuple[int, float] = (-1, 0.0)
         self._started = time.monotonic()
 
     def wake(self) -> None:
@@ -123,6 +130,13 @@ class Controller:
                 await asyncio.sleep(min(30.0, period * 2**failures) * random.uniform(0.5, 1.0))
 
     async def reconcile(self) -> None:
+        try:
+            await self._reconcile()
+        except BaseException:
+            self._capacity_changed()  # placed in memory, never committed
+            raise
+
+    async def _reconcile(self) -> None:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
             await self._record_heartbeats(session)
@@ -240,6 +254,7 @@ class Controller:
         silent = [n for n in online if now - self._last_heard.get(n, self._started) > timeout]
         if not silent:
             return
+        self._capacity_changed()
         for host in await session.scalars(select(Host).where(Host.name.in_(silent))):
             host.status = HostStatus.lost
             self._running.forget(host.name)
@@ -290,6 +305,17 @@ class Controller:
         for task, job in rows:
             if task.host is not None and self.hub.connected(task.host.name):
                 self._start_if_due(outbox, task.host.name, job, task)
+
+    def _capacity_changed(self) -> None:
+        self._capacity = None
+
+    async def _known_capacity(self, session: AsyncSession) -> list[HostCapacity]:
+        read_at = self._capacity_key[1]
+        fresh = time.monotonic() - read_at < RESEND_SECONDS
+        if self._capacity is None or self._capacity_key[0] != self.hub.changes or not fresh:
+            self._capacity = await self.capacities(session)
+            self._capacity_key = (self.hub.changes, time.monotonic())
+        return self._capacity
 
     async def capacities(self, session: AsyncSession) -> list[HostCapacity]:
         """What each connected online host has free. Read as plain rows, not ORM objects: a
@@ -356,7 +382,7 @@ class Controller:
         if situation == self._unplaced and time.monotonic() - self._unplaced_at < RESEND_SECONDS:
             return
         self._unplaced = None
-        capacity = await self.capacities(session)
+        capacity = await self._known_capacity(session)
         placed = 0
         async for job in self._pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
@@ -414,13 +440,15 @@ class Controller:
 
     # --- requests ---------------------------------------------------------------------
 
-    async def apply(self, change: Change[T]) -> T:
+    async def apply(self, change: Change[T], *, frees_or_takes_capacity: bool = True) -> T:
         """Run a change to jobs and tasks under the controller's lock, in its own transaction,
         and send the commands it decided once it has committed. Submissions come this way
         too: on SQLite, a writer outside the lock waited for the database's write lock,
         which passes coming one after another could keep from it for minutes."""
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
+            if frees_or_takes_capacity:
+                self._capacity_changed()
             result = await change(session, self.commands, outbox)
             await session.commit()
         self._send(outbox)
@@ -434,6 +462,7 @@ class Controller:
         self.heard_from(hello.name)
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
+            self._capacity_changed()  # its devices, and what it still runs, may differ
             host = await register_host(
                 session=session,
                 name=hello.name,
@@ -517,6 +546,7 @@ class Controller:
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
         async with self._lock, self.sessions() as session:
             outbox = Outbox()
+            self._capacity_changed()
             # Its starts, reported before this exit, are applied first; a heartbeat waiting
             # to be compared is older than the exit, and the next one says what runs now.
             await self._apply_reported_starts(session, outbox, [host_name])
@@ -568,11 +598,13 @@ class Controller:
             if key in reported:
                 continue
             if job.status.is_terminal:
+                self._capacity_changed()
                 task.status, task.finished_at = TaskStatus.stopped, utcnow()
             elif task.status is TaskStatus.running:
                 # Exits travel before heartbeats on the same channel: this one went unseen.
                 gone = TaskExit(key=key, exit_code=None, error="the agent no longer runs it")
                 agrees = False  # a restart it causes may place attempts here
+                self._capacity_changed()
                 await task_events.apply_exit(
                     session=session, commands=self.commands, outbox=outbox, host=host, exit=gone
                 )

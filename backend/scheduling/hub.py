@@ -57,16 +57,19 @@ class AgentConnection:
 class AgentHub:
     def __init__(self) -> None:
         self._connections: dict[str, AgentConnection] = {}
+        self.changes = 0  # attaches and detaches so far: the set of connected hosts changed
 
     def attach(self, connection: AgentConnection) -> AgentConnection | None:
         """Register a connection; returns the one it replaces (an agent that reconnected)."""
         previous = self._connections.get(connection.host_name)
         self._connections[connection.host_name] = connection
+        self.changes += 1
         return previous
 
     def detach(self, connection: AgentConnection) -> None:
         if self._connections.get(connection.host_name) is connection:
             del self._connections[connection.host_name]
+            self.changes += 1
 
     def send(self, host_name: str, message: ServerMessage) -> bool:
         connection = self._connections.get(host_name)
