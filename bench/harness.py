@@ -115,7 +115,9 @@ async def _pg_scalar(url: str, query: str, *args: object) -> Any:
 
 
 @contextlib.contextmanager
-def strata_server(database_url: str | None = None) -> Iterator[Server]:
+def strata_server(
+    database_url: str | None = None, extra_env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """`strata server` on a free port with a temporary data dir (SQLite there by default)."""
     workdir = Path(tempfile.mkdtemp(prefix="strata-bench-"))
     data_dir = workdir / "data"
@@ -131,6 +133,7 @@ def strata_server(database_url: str | None = None) -> Iterator[Server]:
     }
     if database_url:
         env["STRATA_DATABASE_URL"] = database_url
+    env |= extra_env or {}
     log_path = workdir / "server.log"
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:

@@ -39,7 +39,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO, RESULTS, machine_info, spread
+from bench import profiling
+from bench.harness import (
+    REPO,
+    RESULTS,
+    cpu_seconds,
+    machine_busy_seconds,
+    machine_info,
+    spread,
+)
 from bench.recovery import tensorflow_import_seconds
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 from tests.support.postgres import free_port
@@ -70,6 +78,10 @@ class Run:
     # Strata only: request → the last of the job's processes reported started (the control
     # plane's part of the launch: placement, the agents' spawn); the rest is TensorFlow's.
     spawned_s: float | None = None
+    # Cores the whole machine kept busy from request to finish, and (Strata) how many of them
+    # the control plane took: the server and both agents, not the training processes.
+    machine_cores: float | None = None
+    control_plane_cores: float | None = None
 
 
 def tasks_of(strategy: str) -> list[tuple[str, int]]:
@@ -132,7 +144,7 @@ def hand_script(strategy: str, plan: Plan, logs: Path) -> str:
         log = shlex.quote(str(logs / f"{role}-{index}.log"))
         start = f"TF_CONFIG={shlex.quote(config)} {command} > {log} 2>&1 &"
         if f"{role}:{index}" == lead_task(strategy):
-            lines += [start, "lead=$!"]
+            lines += [start, "lead=$!", f"echo $lead > {shlex.quote(str(logs / 'lead.pid'))}"]
         else:
             lines += [start, 'pids="$pids $!"']
     if strategy == "parameter_server":
@@ -142,18 +154,28 @@ def hand_script(strategy: str, plan: Plan, logs: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_by_hand(strategy: str, plan: Plan, workdir: Path) -> Run:
+def run_by_hand(strategy: str, plan: Plan, workdir: Path, profile: Path | None = None) -> Run:
     logs = Path(tempfile.mkdtemp(prefix=f"hand-{strategy}-", dir=workdir))
     script = logs / "launch.sh"
     script.write_text(hand_script(strategy, plan, logs))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STRATA_", "TF_CONFIG"))}
-    started = time.time()
-    done = subprocess.run(["sh", str(script)], env=env, timeout=600, check=False)
+    started, busy = time.time(), machine_busy_seconds()
+    done = subprocess.Popen(["sh", str(script)], env=env)
+    recorder = None
+    if profile is not None:
+        pid_file = logs / "lead.pid"
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            time.sleep(0.05)
+        recorder = profiling.start(int(pid_file.read_text()), 600, profile)
+    done.wait(timeout=600)
+    profiling.finish(recorder)
+    machine_cores = (machine_busy_seconds() - busy) / (time.time() - started)
     lead = logs / f"{lead_task(strategy).replace(':', '-')}.log"
     lines = lead.read_text().splitlines()
     run = read_run(lines, started, plan)
     if done.returncode != 0 or run is None:
         raise RuntimeError(f"hand-started {strategy} job failed ({done.returncode}): {lines[-20:]}")
+    run.machine_cores = round(machine_cores, 2)
     return run
 
 
@@ -174,14 +196,24 @@ def job_spec(strategy: str, plan: Plan, number: int) -> dict[str, Any]:
     }
 
 
-def run_under_strata(cluster: Cluster, strategy: str, plan: Plan, number: int) -> Run:
+def run_under_strata(
+    cluster: Cluster, strategy: str, plan: Plan, number: int, profile: Path | None = None
+) -> Run:
     spec = job_spec(strategy, plan, number)
-    started = time.time()
+    control_plane = [cluster.process.pid, *cluster.agent_pids()]
+    control_cpu = sum(cpu_seconds(pid) for pid in control_plane)
+    started, busy = time.time(), machine_busy_seconds()
     job_id: int = cluster.submit(spec)["id"]
+    recorder = None
     try:
+        if profile is not None:
+            recorder = profiling.start(lead_pid(cluster, job_id, strategy), 600, profile)
         job = cluster.wait_for(
             job_id, lambda j: j["status"] in ("succeeded", "failed"), 600, "finished"
         )
+        wall = time.time() - started
+        machine_cores = (machine_busy_seconds() - busy) / wall
+        control_cores = (sum(cpu_seconds(pid) for pid in control_plane) - control_cpu) / wall
         lines = cluster.logs(job_id, lead_task(strategy))
         run = read_run(lines, started, plan)
         if job["status"] != "succeeded" or run is None:
@@ -192,9 +224,25 @@ def run_under_strata(cluster: Cluster, strategy: str, plan: Plan, number: int) -
             if event["kind"] == "task_status" and event["data"].get("to") == "running"
         ]
         run.spawned_s = round(max(spawned) - started, 3)
+        run.machine_cores = round(machine_cores, 2)
+        run.control_plane_cores = round(control_cores, 2)
         return run
     finally:
+        profiling.finish(recorder)
         wait_no_processes(job_id, timeout=60)
+
+
+def lead_pid(cluster: Cluster, job_id: int, strategy: str) -> int:
+    """The lead task's pid, once its agent has reported it started."""
+    lead = lead_task(strategy)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for event in cluster.events(job_id):
+            data = event["data"]
+            if event["task"] == lead and data.get("to") == "running" and data.get("pid"):
+                return int(data["pid"])
+        time.sleep(0.05)
+    raise TimeoutError(f"{lead} of job {job_id} not started after 120 s")
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -256,7 +304,28 @@ def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
                         f"{run.steps_per_s:.1f} steps/s",
                         flush=True,
                     )
-    return {"runs": runs, "ray_version": ray[1] if ray is not None else None}
+        profiles = profile_leads(cluster, plan, workdir)
+    return {"runs": runs, "ray_version": ray[1] if ray is not None else None, "profiles": profiles}
+
+
+def profile_leads(cluster: Cluster, plan: Plan, workdir: Path) -> dict[str, Any]:
+    """One more run of each job, under Strata and by hand, not counted in the figures above:
+    py-spy samples the lead task, to show what a Strata-run task does that a hand-started one
+    does not (the runtime's callbacks, its metric sender, its backups)."""
+    summaries: dict[str, Any] = {}
+    for strategy in STRATEGIES:
+        for variant in ("strata", "hand"):
+            path = RESULTS / "profiles" / f"launch-{strategy}-{variant}.txt"
+            path.unlink(missing_ok=True)
+            if variant == "strata":
+                run_under_strata(cluster, strategy, plan, plan.runs, profile=path)
+            else:
+                run_by_hand(strategy, plan, workdir, profile=path)
+            summaries[f"{strategy}-{variant}"] = profiling.summarize(
+                path, profiling.TASK_STAGES, top=8
+            )
+            print(f"  profiled {strategy} {variant}: {summaries[f'{strategy}-{variant}']}")
+    return summaries
 
 
 def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, Any]:
@@ -269,9 +338,10 @@ def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, A
                 "launch_s": spread([r["launch_s"] for r in measured]),
                 "steps_per_s": spread([r["steps_per_s"] for r in measured]),
             }
-            spawned = [r["spawned_s"] for r in measured if r.get("spawned_s") is not None]
-            if spawned:
-                entry[variant]["spawned_s"] = spread(spawned)
+            for optional in ("spawned_s", "machine_cores", "control_plane_cores"):
+                values = [r[optional] for r in measured if r.get(optional) is not None]
+                if values:
+                    entry[variant][optional] = spread(values)
         for other in variants:
             if other == "strata":
                 continue
@@ -308,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "ray_version": measured["ray_version"],
         "runs": measured["runs"],
         "summary": summarise(measured["runs"]),
+        "lead_task_profiles": measured["profiles"],
         "seconds": round(time.monotonic() - began, 1),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
-DEFAULT_PYSPY = Path("/tmp/pyspy/bin/py-spy")  # noqa: S108 (where this machine keeps it)
-
 
 def find_pyspy() -> Path | None:
+    """$PYSPY, else the one the bench extra installs beside this interpreter, else $PATH's."""
     configured = os.environ.get("PYSPY")
     if configured:
         return Path(configured)
-    if DEFAULT_PYSPY.exists():
-        return DEFAULT_PYSPY
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.exists():
+        return beside
     found = shutil.which("py-spy")
     return Path(found) if found else None
 
@@ -39,6 +41,15 @@ def start(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def stop(recorder: subprocess.Popen[bytes] | None) -> None:
+    """Ends a recording early; py-spy writes what it has sampled so far on SIGINT."""
+    if recorder is None:
+        return
+    if recorder.poll() is None:
+        recorder.send_signal(signal.SIGINT)
+    finish(recorder)
 
 
 def finish(recorder: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
@@ -83,6 +94,15 @@ CHIEF_STAGES = {
     "Strata callback": "agents/runtime/callbacks.py",
     "Strata metric sender": "agents/runtime/sender.py",
     "Strata coordinator health": "agents/runtime/coordinator.py",
+}
+
+
+# What a training task does besides training, under either strategy.
+TASK_STAGES = {
+    **CHIEF_STAGES,
+    "Strata backups (BackupAndRestore)": "agents/runtime/checkpoints.py",
+    "tf_keras fit loop": "fit (tf_keras/src/engine/training.py)",
+    "TensorFlow executing the step": "_call (tensorflow/python/eager/polymorphic_function",
 }
 
 

@@ -76,6 +76,7 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
         "once a second. ps, chief and host recoveries also restore the backup, and a lost host",
         "is noticed only after the heartbeat timeout (4 s in this cluster).",
     ]
+    lines += _phase_lines(recovery)
     server = recovery.get("scenarios", {}).get("server")
     if server and server["runs"] and "outage_seconds" in server["runs"][0]:
         outages = [run["outage_seconds"] for run in server["runs"]]
@@ -99,6 +100,28 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
             "saves at its next step boundary, so the time is one step plus the write (~60 KB).",
         ]
     return [*lines, ""]
+
+
+def _phase_lines(recovery: dict[str, Any]) -> list[str]:
+    """Where each restart's time went, from the job's events."""
+    floor = recovery["tensorflow_import_seconds"]["median"]
+    lines = []
+    for name, summary in recovery.get("scenarios", {}).items():
+        if "restarted_s" not in summary:
+            continue
+        total, restarted = summary["seconds"]["median"], summary["restarted_s"]["median"]
+        exit_seen = summary.get("exit_recorded_s", {}).get("median")
+        seen = f"the exit was recorded after {exit_seen:.2f} s, " if exit_seen is not None else ""
+        lines.append(
+            f"- **{name}** ({total:.2f} s): {seen}the new attempt's process was reported "
+            f"started after {restarted:.2f} s (the control plane's part); the remaining "
+            f"{total - restarted:.2f} s belong to the new process: TensorFlow's import "
+            f"({floor:.2f} s alone) and {max(0.0, total - restarted - floor):.2f} s more "
+            "to join the cluster and be seen training."
+        )
+    if not lines:
+        return []
+    return ["", "Where the time went (medians; events stamped by the server):", "", *lines]
 
 
 def scale_rows(scale: dict[str, Any]) -> list[list[str]]:
@@ -158,16 +181,32 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             f"{run['server_cores_heartbeats_only']:.2f} cores | {run['server_rss_mib']:.0f} MiB |"
         )
     for run in scale["runs"]:
-        profile = run.get("get_jobs_profile") or {}
-        if not profile.get("busy_samples"):
-            continue
-        stages = ", ".join(f"{name} {pct:.0f}%" for name, pct in profile["stages_pct"].items())
-        top = ", ".join(f"`{label}` {pct:.0f}%" for label, pct in profile["self_pct"][:4])
-        busy = profile["busy_samples"] / (profile["busy_samples"] + profile["idle_samples"])
-        lines += [
-            "",
-            f"While GET /jobs was measured with {run['agents']:,} agents, the server was busy in "
-            f"{100 * busy:.0f}% of py-spy's samples; of those: {stages or 'no stage matched'}. "
-            f"Most self time: {top}.",
-        ]
+        collections = run.get("full_collections") or {}
+        if collections.get("count"):
+            lines += [
+                "",
+                f"With {run['agents']:,} agents the server made {collections['count']} full "
+                "garbage collections over the run (timed by `bench/gc_probe`; py-spy cannot see "
+                f"them), each {spread_text(collections['ms'], unit=' ms')}; "
+                f"{collections['during_get_jobs']} fell within the "
+                f"{collections['get_jobs_seconds']:.0f} s of GET /jobs requests, and a request "
+                "that meets one waits for all of it.",
+            ]
+        for key, what in (
+            ("placing_profile", "From the first submission until every job ran"),
+            ("get_jobs_profile", "While GET /jobs was measured"),
+        ):
+            profile = run.get(key) or {}
+            if profile.get("busy_samples"):
+                lines += ["", f"{what} with {run['agents']:,} agents, {_profile_text(profile)}"]
     return [*lines, ""]
+
+
+def _profile_text(profile: dict[str, Any]) -> str:
+    stages = ", ".join(f"{name} {pct:.0f}%" for name, pct in profile["stages_pct"].items())
+    top = ", ".join(f"`{label}` {pct:.0f}%" for label, pct in profile["self_pct"][:4])
+    busy = profile["busy_samples"] / (profile["busy_samples"] + profile["idle_samples"])
+    return (
+        f"the server was busy in {100 * busy:.0f}% of py-spy's samples (all threads); of "
+        f"those: {stages or 'no stage matched'}. Most self time: {top}."
+    )

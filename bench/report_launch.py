@@ -132,6 +132,7 @@ def launch_notes(launch: dict[str, Any]) -> list[str]:
                 f"  Steps/s misses its target (≥ 0.98) by {100 * (0.98 - steps_ratio):.1f} "
                 f"points: median ratio {steps_ratio:.3f}."
             )
+    notes += throughput_notes(launch)
     ray = {
         job: entry["strata_vs_ray"]
         for job, entry in launch["summary"].items()
@@ -146,3 +147,46 @@ def launch_notes(launch: dict[str, Any]) -> list[str]:
             " group that imports TensorFlow before the same MWM setup."
         )
     return [*notes, ""] if len(notes) > 2 else []
+
+
+def throughput_notes(launch: dict[str, Any]) -> list[str]:
+    """What a Strata-run job pays for that a hand-started one does not: the control plane's
+    share of the machine's cores, and what py-spy finds in the lead task itself."""
+    cores = launch["machine"]["nproc"]
+    profiles = launch.get("lead_task_profiles") or {}
+    notes = []
+    for job, entry in launch["summary"].items():
+        strata, hand = entry.get("strata", {}), entry.get("hand", {})
+        if "control_plane_cores" not in strata or "machine_cores" not in hand:
+            continue
+        control = strata["control_plane_cores"]["median"]
+        notes.append(
+            f"- **{job}, steps/s**: training keeps all {cores} cores busy by hand "
+            f"({hand['machine_cores']['median']:.2f} cores used, request to finish), so "
+            "whatever else runs slows it. Under Strata the machine was busy "
+            f"{strata['machine_cores']['median']:.2f} cores, of which the server and the two "
+            f"agents took {control:.2f} ({100 * control / cores:.0f}% of the machine; "
+            f"{_ratio(strata['control_plane_cores'])})."
+        )
+        on, off = profiles.get(f"{job}-strata"), profiles.get(f"{job}-hand")
+        if on and off and on.get("busy_samples") and off.get("busy_samples"):
+            notes.append(
+                "  py-spy on the lead task (one more run of each, not counted): "
+                + _task_profile(on, off)
+            )
+    return notes
+
+
+def _task_profile(strata: dict[str, Any], hand: dict[str, Any]) -> str:
+    def share(profile: dict[str, Any], stage: str) -> float:
+        value: float = profile.get("stages_pct", {}).get(stage, 0.0)
+        return value
+
+    runtime = [stage for stage in strata.get("stages_pct", {}) if stage.startswith("Strata")]
+    parts = ", ".join(f"{stage} {share(strata, stage):.1f}%" for stage in runtime) or "none"
+    step = "TensorFlow executing the step"
+    return (
+        f"of its busy samples under Strata, the runtime library's parts took {parts}; "
+        f"TensorFlow executing steps took {share(strata, step):.0f}% under Strata and "
+        f"{share(hand, step):.0f}% by hand."
+    )

@@ -50,7 +50,15 @@ from agents.protocol import (
     server_message,
 )
 from bench import profiling
-from bench.harness import RESULTS, Server, cpu_seconds, machine_info, percentile, strata_server
+from bench.harness import (
+    RESULTS,
+    Server,
+    cpu_seconds,
+    machine_info,
+    percentile,
+    spread,
+    strata_server,
+)
 
 GPUS_PER_AGENT = 8
 AGENT_PROCESSES = 4
@@ -173,6 +181,44 @@ SCALE_STAGES = {
 }
 
 
+# Where the server's samples fall while it places jobs and starts their tasks.
+PLACING_STAGES = {
+    "job submissions (POST /jobs)": "submit_job",
+    "placement passes": "_place_pending_jobs",
+    "task starts reported": "on_tasks_started",
+    "heartbeat comparisons": "_sync_running",
+    "agent frames parsed": "validate_json",
+    "agent channel frames": "agent_channel",
+    "controller passes": "reconcile",
+    "database (SQLite thread)": "_connection_worker_thread",
+}
+
+
+GC_PROBE = Path(__file__).parent / "gc_probe"
+
+
+def full_collections(log: Path, window: list[float]) -> dict[str, Any]:
+    """The server's full garbage collections (bench/gc_probe): how long each took, over the
+    whole run, and how many fell while GET /jobs was measured."""
+    pauses = (
+        [
+            (float(at), float(ms))
+            for at, ms in (line.split() for line in log.read_text().splitlines() if line.strip())
+        ]
+        if log.exists()
+        else []
+    )
+    if not pauses:
+        return {"count": 0}
+    during = [ms for at, ms in pauses if window[0] <= at <= window[1]]
+    return {
+        "count": len(pauses),
+        "ms": spread([ms for _, ms in pauses]),
+        "during_get_jobs": len(during),
+        "get_jobs_seconds": round(window[1] - window[0], 1),
+    }
+
+
 def running_jobs(http: httpx.Client) -> int:
     total: int = http.get("/jobs", params={"status": "running", "limit": 1}).json()["total"]
     return total
@@ -192,9 +238,19 @@ def summary(times: list[float]) -> dict[str, float]:
 
 
 def measure(agents: int, requests: int, place_timeout: float) -> dict[str, Any]:
-    with strata_server() as server:
+    gc_log = RESULTS / "profiles" / f"scale-{agents}-gc.txt"
+    gc_log.parent.mkdir(parents=True, exist_ok=True)
+    gc_log.unlink(missing_ok=True)
+    probe = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(GC_PROBE), os.environ.get("PYTHONPATH")])),
+        "STRATA_BENCH_GC_LOG": str(gc_log),
+    }
+    with strata_server(extra_env=probe) as server:
         try:
-            return _measure(server, agents, requests, place_timeout)
+            result = _measure(server, agents, requests, place_timeout)
+            if "failed" not in result:
+                result["full_collections"] = full_collections(gc_log, result.pop("_window"))
+            return result
         except TimeoutError as exc:
             # Recorded, not raised: the page says where the control plane stopped keeping up.
             print(f"  {agents} agents: {exc}", flush=True)
@@ -223,26 +279,16 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
         joined = wait_online(http, agents, timeout=120 + agents / 5)
         print(f"  {agents} agents online in {joined:.1f}s", flush=True)
 
-        began = time.monotonic()
-        for _ in range(agents):
-            http.post("/jobs", json=JOB).raise_for_status()
-        submitted = time.monotonic() - began
-        last_report = began
-        while (running := running_jobs(http)) < agents:
-            now = time.monotonic()
-            if now - began > place_timeout:
-                raise TimeoutError(
-                    f"only {running} of {agents} jobs running after {place_timeout:.0f} s"
-                )
-            if now - last_report > 15:
-                last_report = now
-                counts = {
-                    status: http.get("/jobs", params={"status": status, "limit": 1}).json()["total"]
-                    for status in ("pending", "scheduled", "running", "restarting", "failed")
-                }
-                print(f"  {now - began:.0f}s: {counts}", flush=True)
-            time.sleep(0.5)
-        placed = time.monotonic() - began
+        # Sampled from the first submission until every job runs: what placing and starting
+        # costs the server, stage by stage.
+        placing = RESULTS / "profiles" / f"scale-{agents}-placing.txt"
+        recorder = profiling.start(server.process.pid, place_timeout, placing)
+        try:
+            submitted, placed = _submit_and_wait(http, agents, place_timeout)
+        finally:
+            profiling.stop(recorder)
+        placing_profile = profiling.summarize(placing, PLACING_STAGES, top=8)
+        print(f"  placing: {json.dumps(placing_profile)}", flush=True)
         print(
             f"  {agents} jobs ({10 * agents} tasks) submitted in {submitted:.1f}s, all running "
             f"after {placed:.1f}s",
@@ -257,7 +303,9 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
         # many agents (heartbeats and requests share one event loop).
         profile = RESULTS / "profiles" / f"scale-{agents}-get-jobs.txt"
         recorder = profiling.start(pid, max(3.0, requests * 0.05), profile)
+        window = [time.time()]
         get_jobs = latencies(http, "GET", "/jobs", requests)
+        window.append(time.time())
         profiling.finish(recorder)
         get_cluster = latencies(http, "GET", "/cluster", max(5, requests // 4))
         post_jobs = latencies(http, "POST", "/jobs", requests, json=WAITING_JOB)
@@ -273,6 +321,8 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
             "server_cores_heartbeats_only": round(heartbeat_cores, 2),
             "server_rss_mib": round(rss_mib(pid), 1),
             "get_jobs_profile": profiling.summarize(profile, SCALE_STAGES, top=8),
+            "placing_profile": placing_profile,
+            "_window": window,
         }
         print(f"  {json.dumps(result)}", flush=True)
         return result
@@ -284,6 +334,28 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
             process.join(timeout=20)
             if process.is_alive():
                 process.kill()
+
+
+def _submit_and_wait(http: httpx.Client, agents: int, timeout: float) -> tuple[float, float]:
+    """Submits one job per agent; returns (seconds to submit, seconds until all run)."""
+    began = time.monotonic()
+    for _ in range(agents):
+        http.post("/jobs", json=JOB).raise_for_status()
+    submitted = time.monotonic() - began
+    last_report = began
+    while (running := running_jobs(http)) < agents:
+        now = time.monotonic()
+        if now - began > timeout:
+            raise TimeoutError(f"only {running} of {agents} jobs running after {timeout:.0f} s")
+        if now - last_report > 15:
+            last_report = now
+            counts = {
+                status: http.get("/jobs", params={"status": status, "limit": 1}).json()["total"]
+                for status in ("pending", "scheduled", "running", "restarting", "failed")
+            }
+            print(f"  {now - began:.0f}s: {counts}", flush=True)
+        time.sleep(0.5)
+    return submitted, time.monotonic() - began
 
 
 def main(argv: list[str] | None = None) -> int:

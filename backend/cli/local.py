@@ -15,6 +15,7 @@ import httpx
 import uvicorn
 
 from backend.app import create_app
+from backend.cli.collector import settle_for_serving
 from backend.config import Settings
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class LocalCluster:
             ws="websockets-sansio",
         )
         server = uvicorn.Server(config)
+        settle_for_serving()
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():

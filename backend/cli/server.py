@@ -15,6 +15,7 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
 from backend.app import create_app
+from backend.cli.collector import settle_for_serving
 from backend.cli.local import LocalCluster
 from backend.config import DEFAULT_DATA_DIR, Settings
 from backend.db import create_engine
@@ -58,6 +59,7 @@ def _serve(settings: Settings) -> None:
         ssl_certfile=settings.tls_certfile,
         ssl_keyfile=settings.tls_keyfile,
     )
+    settle_for_serving()
     uvicorn.Server(config).run()
 
 

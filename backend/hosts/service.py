@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import contains_eager, selectinload
+from sqlalchemy.orm import selectinload
 
 from backend.db import utcnow
 from backend.hosts.models import Device, Host
@@ -111,24 +111,41 @@ def device_read(device: Device) -> DeviceRead:
 async def cluster_view(*, session: AsyncSession) -> ClusterRead:
     """Every host with its devices and the live tasks that hold them."""
     hosts = await list_hosts(session=session)
-    live = await session.scalars(
-        select(Task)
+    # Plain rows: the jobs' specs and the tasks' TF_CONFIGs are not shown here, and loading
+    # them as objects for ten thousand tasks took seconds.
+    live = await session.execute(
+        select(
+            Task.host_id,
+            Task.job_id,
+            Job.name,
+            Task.role,
+            Task.index,
+            Task.status,
+            Task.port,
+            Task.gpu_indices,
+        )
         .join(Task.job)
         .where(
             Task.host_id.is_not(None),
             Task.status.in_([TaskStatus.scheduled, TaskStatus.running]),
         )
-        .options(contains_eager(Task.job))
         .order_by(Task.job_id, Task.role, Task.index)
     )
     tasks_by_host: dict[int, list[TaskRef]] = defaultdict(list)
     holder: dict[tuple[int, int], TaskRef] = {}
-    for task in live:
-        assert task.host_id is not None
-        ref = _task_ref(task, task.job)
-        tasks_by_host[task.host_id].append(ref)
-        for gpu in task.gpu_indices or []:
-            holder[(task.host_id, gpu)] = ref
+    for host_id, job_id, job_name, role, index, status, port, held in live:
+        assert host_id is not None
+        ref = TaskRef(
+            job_id=job_id,
+            job_name=job_name,
+            task=f"{role}:{index}",
+            status=status,
+            port=port,
+            gpus=list(held or []),
+        )
+        tasks_by_host[host_id].append(ref)
+        for gpu in held or []:
+            holder[(host_id, gpu)] = ref
     usages = [
         HostUsage(
             name=host.name,
@@ -159,17 +176,6 @@ async def cluster_view(*, session: AsyncSession) -> ClusterRead:
             ),
             live_tasks=sum(len(h.tasks) for h in usages),
         ),
-    )
-
-
-def _task_ref(task: Task, job: Job) -> TaskRef:
-    return TaskRef(
-        job_id=job.id,
-        job_name=job.name,
-        task=task.name,
-        status=task.status,
-        port=task.port,
-        gpus=list(task.gpu_indices or []),
     )
 
 

@@ -38,6 +38,7 @@ class Commands:
         self.tokens = tokens
         self.hub = hub
         self._sent: dict[tuple[str, TaskKey], float] = {}
+        self._prune_above = 1024
 
     def due(self, kind: str, key: TaskKey, *, force: bool = False) -> bool:
         """Whether a command of this kind for this attempt may be sent (again) now."""
@@ -45,6 +46,11 @@ class Commands:
         if not force and now - self._sent.get((kind, key), -RESEND_SECONDS) < RESEND_SECONDS:
             return False
         self._sent[(kind, key)] = now
+        if len(self._sent) > self._prune_above:
+            # Entries older than the resend period decide nothing: without this the map
+            # kept every command ever sent.
+            self._sent = {k: t for k, t in self._sent.items() if now - t < RESEND_SECONDS}
+            self._prune_above = max(1024, 2 * len(self._sent))
         return True
 
     def start(
