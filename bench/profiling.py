@@ -106,12 +106,22 @@ TASK_STAGES = {
 }
 
 
-def summarize(path: Path, stages: dict[str, str] | None = None, top: int = 10) -> dict[str, object]:
-    """Where the server's busy samples went: top self-time functions and per-stage shares."""
+# Samples taken while a module was being imported: a task's start-up, not its training.
+IMPORTING = ("_find_and_load (<frozen importlib._bootstrap>)",)
+
+
+def summarize(
+    path: Path,
+    stages: dict[str, str] | None = None,
+    top: int = 10,
+    exclude: tuple[str, ...] = (),
+) -> dict[str, object]:
+    """Where the busy samples went: top self-time functions and per-stage shares. Samples
+    whose stack passes through any of `exclude` are left out (counted as `excluded`)."""
     stages = SERVER_STAGES if stages is None else stages
     own: Counter[str] = Counter()
     in_stage: Counter[str] = Counter()
-    busy = idle = 0
+    busy = idle = excluded = 0
     if not path.exists():
         return {"samples": 0}
     for line in path.read_text(errors="replace").splitlines():
@@ -120,6 +130,9 @@ def summarize(path: Path, stages: dict[str, str] | None = None, top: int = 10) -
             continue
         count = int(count_text)
         frames = [_frame_label(f) for f in stack.split(";")]
+        if exclude and any(marker in frame for frame in frames for marker in exclude):
+            excluded += count
+            continue
         if frames[-1].endswith(IDLE_LEAVES):
             idle += count
             continue
@@ -135,6 +148,7 @@ def summarize(path: Path, stages: dict[str, str] | None = None, top: int = 10) -
     return {
         "busy_samples": busy,
         "idle_samples": idle,
+        **({"excluded_samples": excluded} if exclude else {}),
         "stages_pct": {stage: pct(in_stage[stage]) for stage in stages if in_stage[stage]},
         "self_pct": [(label, pct(n)) for label, n in own.most_common(top)],
     }

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO, RESULTS
-from bench.report_control import recovery_rows, recovery_section, scale_rows, scale_section
+from bench.report_control import (
+    control_notes,
+    recovery_rows,
+    recovery_section,
+    scale_rows,
+    scale_section,
+)
 from bench.report_launch import launch_notes, launch_rows, launch_section
 from bench.text import spread_text as _spread
 
@@ -568,12 +574,18 @@ def _process_cores(pairs: list[dict[str, Any]], group: str) -> tuple[float, floa
     return (_median(a), _median(b)) if a and b else None
 
 
-def what_dominates(pipeline: dict[str, Any] | None, training: dict[str, Any] | None) -> list[str]:
+def what_dominates(
+    pipeline: dict[str, Any] | None,
+    training: dict[str, Any] | None,
+    recovery: dict[str, Any] | None = None,
+    scale: dict[str, Any] | None = None,
+) -> list[str]:
     lines = ["### What dominates", ""]
     if pipeline:
         lines += ingest_notes(pipeline) + latency_notes(pipeline)
     if training:
         lines += training_notes(training)
+    lines += control_notes(recovery, scale)
     return [*lines, ""]
 
 
@@ -596,7 +608,7 @@ def render(
     if scale:
         rows += scale_rows(scale)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
-    lines += ["", *what_dominates(pipeline, training)]
+    lines += ["", *what_dominates(pipeline, training, recovery, scale)]
     if pipeline:
         lines += plot_lines("metrics_pipeline", "Ingest and latency")
         lines += ingest_section(pipeline)

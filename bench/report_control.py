@@ -210,3 +210,53 @@ def _profile_text(profile: dict[str, Any]) -> str:
         f"the server was busy in {100 * busy:.0f}% of py-spy's samples (all threads); of "
         f"those: {stages or 'no stage matched'}. Most self time: {top}."
     )
+
+
+def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None) -> list[str]:
+    """By how much the recovery and scale targets were missed, and what the time went to."""
+    notes = []
+    worker = (recovery or {}).get("scenarios", {}).get("worker")
+    if recovery and worker:
+        floor = recovery["tensorflow_import_seconds"]["median"]
+        total = worker["seconds"]["median"]
+        if total > floor + 1:
+            restarted = worker.get("restarted_s", {}).get("median")
+            started = (
+                f" Strata had the new attempt's process started {restarted:.2f} s after the "
+                f"kill; the other {total - restarted:.2f} s are the new process importing "
+                f"TensorFlow ({floor:.2f} s alone) and the coordinator taking the worker back "
+                "(it notices a returning worker on its own schedule, then rebuilds the "
+                "worker's dataset), read from a metric the chief polls about once a second."
+                if restarted is not None
+                else ""
+            )
+            notes.append(
+                f"- **PS worker recovery**: {total:.2f} s against {floor + 1:.2f} s (TensorFlow's "
+                f"import + 1 s), {total - floor - 1:.2f} s over.{started}"
+            )
+    measured = [run for run in (scale or {}).get("runs", []) if "failed" not in run]
+    if measured:
+        largest = max(measured, key=lambda run: run["agents"])
+        p99, p50 = largest["get_jobs"]["p99_ms"], largest["get_jobs"]["p50_ms"]
+        if largest["agents"] >= 1000 and p99 > 100:
+            profile = largest.get("get_jobs_profile") or {}
+            top = ", ".join(
+                f"`{label}` {pct:.0f}%" for label, pct in profile.get("self_pct", [])[:3]
+            )
+            collections = largest.get("full_collections") or {}
+            gc_text = (
+                f" The slow ones meet the server's full garbage collections: "
+                f"{collections['count']} over the run, each "
+                f"{spread_text(collections['ms'], unit=' ms')}, {collections['during_get_jobs']} "
+                f"during the {collections['get_jobs_seconds']:.0f} s of requests. Each walks "
+                "every object the server holds for its thousand connections and their tasks."
+                if collections.get("count")
+                else ""
+            )
+            notes.append(
+                f"- **GET /jobs with {largest['agents']:,} agents**: p99 {p99:.0f} ms, "
+                f"{p99 - 100:.0f} ms over the 100 ms target; the median request takes "
+                f"{p50:.0f} ms, loading a page of 50 jobs with their tasks (most self time "
+                f"while measured: {top or 'not profiled'}).{gc_text}"
+            )
+    return notes

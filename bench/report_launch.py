@@ -151,42 +151,40 @@ def launch_notes(launch: dict[str, Any]) -> list[str]:
 
 def throughput_notes(launch: dict[str, Any]) -> list[str]:
     """What a Strata-run job pays for that a hand-started one does not: the control plane's
-    share of the machine's cores, and what py-spy finds in the lead task itself."""
+    share of the machine's cores, and the runtime library's share of the lead task's time."""
     cores = launch["machine"]["nproc"]
     profiles = launch.get("lead_task_profiles") or {}
     notes = []
     for job, entry in launch["summary"].items():
         strata, hand = entry.get("strata", {}), entry.get("hand", {})
-        if "control_plane_cores" not in strata or "machine_cores" not in hand:
+        ratio = entry.get("strata_vs_hand", {}).get("steps_ratio", {}).get("median")
+        if "control_plane_cores" not in strata or "machine_cores" not in hand or ratio is None:
             continue
         control = strata["control_plane_cores"]["median"]
+        control_pct = 100 * control / cores
+        runtime = _runtime_shares(profiles.get(f"{job}-strata") or {})
+        runtime_pct = sum(runtime.values())
+        parts = ", ".join(f"{stage} {pct:.1f}%" for stage, pct in runtime.items()) or "nothing"
+        gap = 100 * (1 - ratio)
         notes.append(
-            f"- **{job}, steps/s**: training keeps all {cores} cores busy by hand "
-            f"({hand['machine_cores']['median']:.2f} cores used, request to finish), so "
-            "whatever else runs slows it. Under Strata the machine was busy "
-            f"{strata['machine_cores']['median']:.2f} cores, of which the server and the two "
-            f"agents took {control:.2f} ({100 * control / cores:.0f}% of the machine; "
-            f"{_ratio(strata['control_plane_cores'])})."
+            f"- **{job}, steps/s** (Strata ÷ by hand {ratio:.3f}, a {gap:.1f}% gap): the "
+            f"server and the two agents used {control:.2f} cores during the runs, "
+            f"{control_pct:.0f}% of the machine's {cores} (the machine was busy "
+            f"{strata['machine_cores']['median']:.2f} cores under Strata, "
+            f"{hand['machine_cores']['median']:.2f} by hand). In the lead task the runtime "
+            f"library took {parts} of the busy samples (py-spy over one more run of each, "
+            "imports left out). On cores that training keeps busy, the two add up to about "
+            f"{control_pct + runtime_pct:.0f}% of the {gap:.0f}%; the rest is not attributed "
+            "by these measurements (only the lead task was sampled, not the other tasks, "
+            "which run the runtime library too)."
         )
-        on, off = profiles.get(f"{job}-strata"), profiles.get(f"{job}-hand")
-        if on and off and on.get("busy_samples") and off.get("busy_samples"):
-            notes.append(
-                "  py-spy on the lead task (one more run of each, not counted): "
-                + _task_profile(on, off)
-            )
     return notes
 
 
-def _task_profile(strata: dict[str, Any], hand: dict[str, Any]) -> str:
-    def share(profile: dict[str, Any], stage: str) -> float:
-        value: float = profile.get("stages_pct", {}).get(stage, 0.0)
-        return value
-
-    runtime = [stage for stage in strata.get("stages_pct", {}) if stage.startswith("Strata")]
-    parts = ", ".join(f"{stage} {share(strata, stage):.1f}%" for stage in runtime) or "none"
-    step = "TensorFlow executing the step"
-    return (
-        f"of its busy samples under Strata, the runtime library's parts took {parts}; "
-        f"TensorFlow executing steps took {share(strata, step):.0f}% under Strata and "
-        f"{share(hand, step):.0f}% by hand."
-    )
+def _runtime_shares(profile: dict[str, Any]) -> dict[str, float]:
+    """The lead task's busy samples in the runtime library's parts, by part."""
+    return {
+        stage: pct
+        for stage, pct in profile.get("stages_pct", {}).items()
+        if stage.startswith("Strata") and pct > 0
+    }
