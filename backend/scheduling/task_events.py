@@ -99,10 +99,9 @@ async def mark_started(
     key: TaskKey,
     pid: int,
 ) -> None:
-    task = await find_task(session=session, key=key)
-    job = await session.get(Job, key.job_id) if task is not None else None
-    siblings = await session.scalars(select(Task).where(Task.job_id == key.job_id))
-    await _start(session, commands, outbox, host, key, pid, task, job, list(siblings))
+    await mark_started_many(
+        session=session, commands=commands, outbox=outbox, starts=[(host, key, pid)]
+    )
 
 
 async def mark_started_many(
