@@ -3,12 +3,15 @@
     .venv/bin/python -m bench.launch [--quick] [--runs N] [--no-ray]
 
 The digits example (examples/digits.py) as two jobs: parameter_server (1 chief, 2 workers,
-1 ps) and multi_worker_mirrored (2 workers), each started three ways, in one run, in an order
-that rotates from run to run:
+1 ps) and multi_worker_mirrored (2 workers), each started several ways, in one run, in an
+order that rotates from run to run:
 
 * strata: `POST /jobs` to a running local cluster (`strata up`, 2 agents x 2 simulated GPUs),
   streaming on (the job's own callbacks: metrics, backups). No periodic checkpoints: the hand
   variant writes none either.
+* strata_bare: the same, but the example leaves `runtime.callbacks()` out
+  (`--without-runtime-callbacks`): what running under Strata costs without the runtime
+  library in the training process, which splits the gap to the hand-started processes in two.
 * hand: a shell script that starts the same processes with hand-written TF_CONFIG and the
   plain tf_keras callbacks (runtime.callbacks() is [] outside Strata), which is what one types
   without a control plane.
@@ -19,7 +22,13 @@ Both Strata and the script run the example unchanged, which prints the wall time
 training step and of every epoch end on the lead task (chief:0, or worker:0): launch latency
 is the time from the request (the POST, the script's start) to that first step, and steps/s
 is read between the first and the last epoch end (the first epoch also traces the graph).
-The floor is TensorFlow's import time in a fresh process, measured alone. Results go to
+Over that same window the CPU time of every task, of the control plane (server and agents)
+and of the whole machine is sampled (bench/cpu_sampler.py) and reported per training step:
+on this small machine training keeps the cores busy, so steps/s follow the CPU each step
+costs, and the per-task figures say where a variant's extra cost went. After the counted
+runs, one more run of each job under Strata and by hand is sampled with py-spy in every task
+that runs the script. The floor is TensorFlow's import time in a fresh process, measured
+alone. Results go to
 bench/results/launch.json; docs/benchmarks.md renders them.
 """
 
@@ -40,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import profiling
+from bench.cpu_sampler import MACHINE, CpuSampler
 from bench.harness import (
     REPO,
     RESULTS,
@@ -55,6 +65,8 @@ from tests.support.postgres import free_port
 PYTHON = sys.executable
 STRATEGIES = ("parameter_server", "multi_worker_mirrored")
 FIRST_STEP = re.compile(r"strata-example: first step at wall_time=([0-9.]+)")
+SERVER, AGENTS = "server", "agents"  # the control plane's processes, in CPU samples
+TASK_PROFILE_RATE = 100  # samples/s per task: two tasks may be sampled at once
 EPOCH_END = re.compile(r"^epoch=(\d+) loss=\S+ accuracy=\S+ wall_time=([0-9.]+)")
 
 
@@ -82,6 +94,9 @@ class Run:
     # the control plane took: the server and both agents, not the training processes.
     machine_cores: float | None = None
     control_plane_cores: float | None = None
+    # CPU milliseconds per training step in the steps/s window, by task ("chief:0", ...), for
+    # the control plane (Strata) and for the whole machine: where the cores went.
+    cpu_ms_per_step: dict[str, float] | None = None
 
 
 def tasks_of(strategy: str) -> list[tuple[str, int]]:
@@ -90,12 +105,20 @@ def tasks_of(strategy: str) -> list[tuple[str, int]]:
     return [("worker", 0), ("worker", 1)]
 
 
+def script_tasks(strategy: str) -> list[str]:
+    """The tasks that run the training script: under parameter_server the workers and the ps
+    are TensorFlow servers that run no Python while training (py-spy sees nothing there)."""
+    if strategy == "parameter_server":
+        return ["chief:0"]
+    return [f"{role}:{index}" for role, index in tasks_of(strategy)]
+
+
 def lead_task(strategy: str) -> str:
     return "chief:0" if strategy == "parameter_server" else "worker:0"
 
 
-def entrypoint(plan: Plan) -> list[str]:
-    return [
+def entrypoint(plan: Plan, runtime_callbacks: bool = True) -> list[str]:
+    argv = [
         "python",
         "examples/digits.py",
         "--epochs",
@@ -105,19 +128,39 @@ def entrypoint(plan: Plan) -> list[str]:
         "--batch",
         str(plan.batch),
     ]
+    return argv if runtime_callbacks else [*argv, "--without-runtime-callbacks"]
 
 
-def read_run(lines: list[str], started: float, plan: Plan) -> Run | None:
-    """The run's figures from the lead task's output, once its last epoch has ended."""
+def window_steps(plan: Plan) -> int:
+    """Training steps between the first and the last epoch end: the steps/s window."""
+    return plan.steps_per_epoch * (plan.epochs - 1)
+
+
+def read_run(
+    lines: list[str], started: float, plan: Plan
+) -> tuple[Run, tuple[float, float]] | None:
+    """The run's figures from the lead task's output, once its last epoch has ended, and the
+    steps/s window's wall-clock bounds."""
     first = next((float(m[1]) for line in lines if (m := FIRST_STEP.search(line))), None)
     ends = {int(m[1]): float(m[2]) for line in lines if (m := EPOCH_END.match(line))}
     if first is None or plan.epochs not in ends or 1 not in ends:
         return None
-    steps = plan.steps_per_epoch * (plan.epochs - 1)
-    return Run(
+    window = (ends[1], ends[plan.epochs])
+    run = Run(
         launch_s=round(first - started, 3),
-        steps_per_s=round(steps / (ends[plan.epochs] - ends[1]), 2),
+        steps_per_s=round(window_steps(plan) / (window[1] - window[0]), 2),
     )
+    return run, window
+
+
+def cpu_per_step(sampler: CpuSampler, window: tuple[float, float], plan: Plan) -> dict[str, float]:
+    """CPU milliseconds per step in the window, for every sampled name and the machine."""
+    per_step: dict[str, float] = {}
+    for name in [*sampler.names(), MACHINE]:
+        used = sampler.used(name, *window)
+        if used is not None:
+            per_step[name] = round(1000 * used / window_steps(plan), 3)
+    return per_step
 
 
 # --- by hand -----------------------------------------------------------------------------------
@@ -143,10 +186,11 @@ def hand_script(strategy: str, plan: Plan, logs: Path) -> str:
         config = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
         log = shlex.quote(str(logs / f"{role}-{index}.log"))
         start = f"TF_CONFIG={shlex.quote(config)} {command} > {log} 2>&1 &"
+        pid_file = shlex.quote(str(logs / f"{role}-{index}.pid"))
         if f"{role}:{index}" == lead_task(strategy):
-            lines += [start, "lead=$!", f"echo $lead > {shlex.quote(str(logs / 'lead.pid'))}"]
+            lines += [start, "lead=$!", f"echo $lead > {pid_file}"]
         else:
-            lines += [start, 'pids="$pids $!"']
+            lines += [start, 'pids="$pids $!"', f"echo $! > {pid_file}"]
     if strategy == "parameter_server":
         lines += ["wait $lead", "status=$?", "kill $pids 2>/dev/null", "wait", "exit $status"]
     else:
@@ -154,42 +198,70 @@ def hand_script(strategy: str, plan: Plan, logs: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_by_hand(strategy: str, plan: Plan, workdir: Path, profile: Path | None = None) -> Run:
+def run_by_hand(strategy: str, plan: Plan, workdir: Path, profiles: Path | None = None) -> Run:
+    """One hand-started run; with `profiles`, py-spy samples every task into that folder."""
     logs = Path(tempfile.mkdtemp(prefix=f"hand-{strategy}-", dir=workdir))
     script = logs / "launch.sh"
     script.write_text(hand_script(strategy, plan, logs))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STRATA_", "TF_CONFIG"))}
-    started, busy = time.time(), machine_busy_seconds()
-    done = subprocess.Popen(["sh", str(script)], env=env)
-    recorder = None
-    if profile is not None:
-        pid_file = logs / "lead.pid"
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            time.sleep(0.05)
-        recorder = profiling.start(int(pid_file.read_text()), 600, profile)
-    done.wait(timeout=600)
-    profiling.finish(recorder)
-    machine_cores = (machine_busy_seconds() - busy) / (time.time() - started)
+    with CpuSampler() as sampler:
+        started, busy = time.time(), machine_busy_seconds()
+        done = subprocess.Popen(["sh", str(script)], env=env)
+        pids = {}
+        for role, index in tasks_of(strategy):
+            pid_file = logs / f"{role}-{index}.pid"
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                time.sleep(0.02)
+            pids[f"{role}:{index}"] = int(pid_file.read_text())
+            sampler.watch(f"{role}:{index}", pids[f"{role}:{index}"])
+        recorders = profile_tasks(pids, strategy, profiles)
+        done.wait(timeout=600)
+        for recorder in recorders:
+            profiling.finish(recorder)
+        machine_cores = (machine_busy_seconds() - busy) / (time.time() - started)
     lead = logs / f"{lead_task(strategy).replace(':', '-')}.log"
     lines = lead.read_text().splitlines()
-    run = read_run(lines, started, plan)
-    if done.returncode != 0 or run is None:
+    read = read_run(lines, started, plan)
+    if done.returncode != 0 or read is None:
         raise RuntimeError(f"hand-started {strategy} job failed ({done.returncode}): {lines[-20:]}")
+    run, window = read
     run.machine_cores = round(machine_cores, 2)
+    run.cpu_ms_per_step = cpu_per_step(sampler, window, plan)
     return run
+
+
+def profile_tasks(
+    pids: dict[str, int], strategy: str, into: Path | None
+) -> list[subprocess.Popen[bytes]]:
+    """py-spy on each task that runs the script (`into`/<task>.txt); nothing without `into`
+    or without py-spy."""
+    if into is None:
+        return []
+    recorders = []
+    for task in script_tasks(strategy):
+        pid = pids[task]
+        path = into / f"{task.replace(':', '-')}.txt"
+        path.unlink(missing_ok=True)
+        recorder = profiling.start(pid, 600, path, rate=TASK_PROFILE_RATE)
+        if recorder is not None:
+            recorders.append(recorder)
+    return recorders
 
 
 # --- under Strata ------------------------------------------------------------------------------
 
 
-def job_spec(strategy: str, plan: Plan, number: int) -> dict[str, Any]:
+def job_spec(
+    strategy: str, plan: Plan, number: int, runtime_callbacks: bool = True
+) -> dict[str, Any]:
     replicas: dict[str, Any] = {"worker": {"count": 2, "gpus": 1}, "evaluator": {"count": 0}}
     if strategy == "parameter_server":
         replicas |= {"chief": {"count": 1}, "ps": {"count": 1}}
+    bare = "" if runtime_callbacks else "-bare"
     return {
-        "name": f"bench-launch-{strategy.replace('_', '-')}-{number}",
+        "name": f"bench-launch-{strategy.replace('_', '-')}{bare}-{number}",
         "strategy": strategy,
-        "entrypoint": entrypoint(plan),
+        "entrypoint": entrypoint(plan, runtime_callbacks),
         "replicas": replicas,
         "checkpoint": {"every_epochs": None},
         "restart": {"policy": "never"},
@@ -197,52 +269,82 @@ def job_spec(strategy: str, plan: Plan, number: int) -> dict[str, Any]:
 
 
 def run_under_strata(
-    cluster: Cluster, strategy: str, plan: Plan, number: int, profile: Path | None = None
+    cluster: Cluster,
+    strategy: str,
+    plan: Plan,
+    number: int,
+    *,
+    runtime_callbacks: bool = True,
+    profiles: Path | None = None,
 ) -> Run:
-    spec = job_spec(strategy, plan, number)
+    """One run through `POST /jobs`; with `profiles`, py-spy samples every task into it."""
+    spec = job_spec(strategy, plan, number, runtime_callbacks)
     control_plane = [cluster.process.pid, *cluster.agent_pids()]
     control_cpu = sum(cpu_seconds(pid) for pid in control_plane)
-    started, busy = time.time(), machine_busy_seconds()
-    job_id: int = cluster.submit(spec)["id"]
-    recorder = None
-    try:
-        if profile is not None:
-            recorder = profiling.start(lead_pid(cluster, job_id, strategy), 600, profile)
-        job = cluster.wait_for(
-            job_id, lambda j: j["status"] in ("succeeded", "failed"), 600, "finished"
-        )
-        wall = time.time() - started
-        machine_cores = (machine_busy_seconds() - busy) / wall
-        control_cores = (sum(cpu_seconds(pid) for pid in control_plane) - control_cpu) / wall
-        lines = cluster.logs(job_id, lead_task(strategy))
-        run = read_run(lines, started, plan)
-        if job["status"] != "succeeded" or run is None:
-            raise RuntimeError(f"strata {strategy} job {job_id}: {job['status']}: {lines[-20:]}")
-        spawned = [
-            datetime.fromisoformat(event["at"]).timestamp()
-            for event in cluster.events(job_id)
-            if event["kind"] == "task_status" and event["data"].get("to") == "running"
-        ]
-        run.spawned_s = round(max(spawned) - started, 3)
-        run.machine_cores = round(machine_cores, 2)
-        run.control_plane_cores = round(control_cores, 2)
-        return run
-    finally:
-        profiling.finish(recorder)
-        wait_no_processes(job_id, timeout=60)
+    recorders: list[subprocess.Popen[bytes]] = []
+    with CpuSampler() as sampler:
+        sampler.watch(SERVER, cluster.process.pid)
+        sampler.watch(AGENTS, *cluster.agent_pids())
+        started, busy = time.time(), machine_busy_seconds()
+        job_id: int = cluster.submit(spec)["id"]
+        try:
+            pids = task_pids(cluster, job_id, strategy)
+            for task, pid in pids.items():
+                sampler.watch(task, pid)
+            recorders = profile_tasks(pids, strategy, profiles)
+            # Polling the server while the job trains would cost it CPU that the hand-started
+            # variant does not pay: wait for the lead process to end, then ask once or twice.
+            wait_exited(pids[lead_task(strategy)], timeout=600)
+            job = cluster.wait_for(
+                job_id, lambda j: j["status"] in ("succeeded", "failed"), 600, "finished"
+            )
+            wall = time.time() - started
+            machine_cores = (machine_busy_seconds() - busy) / wall
+            control_cores = (sum(cpu_seconds(pid) for pid in control_plane) - control_cpu) / wall
+        finally:
+            for recorder in recorders:
+                profiling.finish(recorder)
+            wait_no_processes(job_id, timeout=60)
+    lines = cluster.logs(job_id, lead_task(strategy))
+    read = read_run(lines, started, plan)
+    if job["status"] != "succeeded" or read is None:
+        raise RuntimeError(f"strata {strategy} job {job_id}: {job['status']}: {lines[-20:]}")
+    run, window = read
+    spawned = [
+        datetime.fromisoformat(event["at"]).timestamp()
+        for event in cluster.events(job_id)
+        if event["kind"] == "task_status" and event["data"].get("to") == "running"
+    ]
+    run.spawned_s = round(max(spawned) - started, 3)
+    run.machine_cores = round(machine_cores, 2)
+    run.control_plane_cores = round(control_cores, 2)
+    run.cpu_ms_per_step = cpu_per_step(sampler, window, plan)
+    return run
 
 
-def lead_pid(cluster: Cluster, job_id: int, strategy: str) -> int:
-    """The lead task's pid, once its agent has reported it started."""
-    lead = lead_task(strategy)
+def wait_exited(pid: int, timeout: float) -> None:
+    """Until the process is gone (its agent, the parent, has reaped it)."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {pid} still running after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def task_pids(cluster: Cluster, job_id: int, strategy: str) -> dict[str, int]:
+    """Every task's pid ("chief:0" → pid), once its agent has reported it started."""
+    wanted = {f"{role}:{index}" for role, index in tasks_of(strategy)}
+    pids: dict[str, int] = {}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         for event in cluster.events(job_id):
             data = event["data"]
-            if event["task"] == lead and data.get("to") == "running" and data.get("pid"):
-                return int(data["pid"])
-        time.sleep(0.05)
-    raise TimeoutError(f"{lead} of job {job_id} not started after 120 s")
+            if event["task"] in wanted and data.get("to") == "running" and data.get("pid"):
+                pids[event["task"]] = int(data["pid"])
+        if len(pids) == len(wanted):
+            return pids
+        time.sleep(0.02)
+    raise TimeoutError(f"tasks {sorted(wanted - set(pids))} of job {job_id} not started in 120 s")
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -258,14 +360,8 @@ def ray_variant() -> tuple[Any, str] | None:
 
 
 def variants_for(strategy: str, with_ray: bool) -> list[str]:
-    return (
-        ["strata", "hand", "ray"]
-        if with_ray and strategy == "multi_worker_mirrored"
-        else [
-            "strata",
-            "hand",
-        ]
-    )
+    ray = ["ray"] if with_ray and strategy == "multi_worker_mirrored" else []
+    return ["strata", "strata_bare", "hand", *ray]
 
 
 def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
@@ -281,8 +377,14 @@ def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
                 # Rotate the order: whatever drifts during a run favours no variant.
                 shift = number % len(variants)
                 for variant in variants[shift:] + variants[:shift]:
-                    if variant == "strata":
-                        run = run_under_strata(cluster, strategy, plan, number)
+                    if variant in ("strata", "strata_bare"):
+                        run = run_under_strata(
+                            cluster,
+                            strategy,
+                            plan,
+                            number,
+                            runtime_callbacks=variant == "strata",
+                        )
                     elif variant == "hand":
                         run = run_by_hand(strategy, plan, workdir)
                     else:
@@ -304,30 +406,33 @@ def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
                         f"{run.steps_per_s:.1f} steps/s",
                         flush=True,
                     )
-        profiles = profile_leads(cluster, plan, workdir)
+        profiles = profile_tasks_of_jobs(cluster, plan, workdir)
     return {"runs": runs, "ray_version": ray[1] if ray is not None else None, "profiles": profiles}
 
 
-def lead_task_profile(path: Path) -> dict[str, object]:
-    """A lead task's samples by stage, imports left out: both variants import the same
-    modules once at start, and steps/s is measured well after that."""
+def task_profile(path: Path) -> dict[str, object]:
+    """A task's samples by stage, imports left out: every variant imports the same modules
+    once at start, and steps/s is measured well after that."""
     return profiling.summarize(path, profiling.TASK_STAGES, top=8, exclude=profiling.IMPORTING)
 
 
-def profile_leads(cluster: Cluster, plan: Plan, workdir: Path) -> dict[str, Any]:
+def profile_tasks_of_jobs(cluster: Cluster, plan: Plan, workdir: Path) -> dict[str, Any]:
     """One more run of each job, under Strata and by hand, not counted in the figures above:
-    py-spy samples the lead task, to show what a Strata-run task does that a hand-started one
+    py-spy samples every task, to show what a Strata-run task does that a hand-started one
     does not (the runtime's callbacks, its metric sender, its backups)."""
     summaries: dict[str, Any] = {}
     for strategy in STRATEGIES:
         for variant in ("strata", "hand"):
-            path = RESULTS / "profiles" / f"launch-{strategy}-{variant}.txt"
-            path.unlink(missing_ok=True)
+            into = RESULTS / "profiles" / f"launch-{strategy}-{variant}"
+            into.mkdir(parents=True, exist_ok=True)
             if variant == "strata":
-                run_under_strata(cluster, strategy, plan, plan.runs, profile=path)
+                run_under_strata(cluster, strategy, plan, plan.runs, profiles=into)
             else:
-                run_by_hand(strategy, plan, workdir, profile=path)
-            summaries[f"{strategy}-{variant}"] = lead_task_profile(path)
+                run_by_hand(strategy, plan, workdir, profiles=into)
+            summaries[f"{strategy}-{variant}"] = {
+                task: task_profile(into / f"{task.replace(':', '-')}.txt")
+                for task in script_tasks(strategy)
+            }
             print(f"  profiled {strategy} {variant}: {summaries[f'{strategy}-{variant}']}")
     return summaries
 
@@ -346,11 +451,18 @@ def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, A
                 values = [r[optional] for r in measured if r.get(optional) is not None]
                 if values:
                     entry[variant][optional] = spread(values)
-        for other in variants:
-            if other == "strata":
-                continue
-            pairs = list(zip(variants["strata"], variants[other], strict=True))
-            entry[f"strata_vs_{other}"] = {
+            per_step = [r["cpu_ms_per_step"] for r in measured if r.get("cpu_ms_per_step")]
+            names = sorted({name for run in per_step for name in run})
+            if names:
+                entry[variant]["cpu_ms_per_step"] = {
+                    name: spread([run[name] for run in per_step if name in run]) for name in names
+                }
+        comparisons = [("strata", other) for other in variants if other != "strata"]
+        if "strata_bare" in variants and "hand" in variants:
+            comparisons.append(("strata_bare", "hand"))
+        for one, other in comparisons:
+            pairs = list(zip(variants[one], variants[other], strict=True))
+            entry[f"{one}_vs_{other}"] = {
                 "launch_ratio": spread([s["launch_s"] / o["launch_s"] for s, o in pairs]),
                 "steps_ratio": spread([s["steps_per_s"] / o["steps_per_s"] for s, o in pairs]),
             }
@@ -382,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         "ray_version": measured["ray_version"],
         "runs": measured["runs"],
         "summary": summarise(measured["runs"]),
-        "lead_task_profiles": measured["profiles"],
+        "task_profiles": measured["profiles"],
         "seconds": round(time.monotonic() - began, 1),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -120,15 +120,20 @@ def launch_plot(launch: dict[str, Any], out: Path) -> None:
     """Per job, each variant's launch latency and steps/s side by side."""
     import matplotlib.pyplot as plt
 
-    colours = {"strata": "tab:blue", "hand": "tab:grey", "ray": "tab:orange"}
+    colours = {
+        "strata": "tab:blue",
+        "strata_bare": "tab:cyan",
+        "hand": "tab:grey",
+        "ray": "tab:orange",
+    }
+    labels = {"strata_bare": "strata, no runtime callbacks"}
     jobs = list(launch["summary"])
     figure, (latency, speed) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
-    width = 0.27
-    for offset, variant in enumerate(("strata", "hand", "ray")):
+    variants = [v for v in colours if any(v in launch["summary"][j] for j in jobs)]
+    width = 0.8 / len(variants)
+    for offset, variant in enumerate(variants):
         present = [j for j in jobs if variant in launch["summary"][j]]
-        if not present:
-            continue
-        xs = [jobs.index(j) + (offset - 1) * width for j in present]
+        xs = [jobs.index(j) + (offset - (len(variants) - 1) / 2) * width for j in present]
         for axes, key in ((latency, "launch_s"), (speed, "steps_per_s")):
             spreads = [launch["summary"][j][variant][key] for j in present]
             axes.bar(
@@ -138,7 +143,7 @@ def launch_plot(launch: dict[str, Any], out: Path) -> None:
                 yerr=_errors(spreads),
                 capsize=3,
                 color=colours[variant],
-                label=variant,
+                label=labels.get(variant, variant),
             )
     floor = launch["tensorflow_import_s"]["median"]
     latency.axhline(floor, color="black", linestyle="--", label=f"TF import ({floor:.1f} s)")

@@ -26,8 +26,9 @@ def find_pyspy() -> Path | None:
     return Path(found) if found else None
 
 
-def start(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
-    """Starts recording `pid` for `seconds` into a collapsed-stack file; None without py-spy."""
+def start(pid: int, seconds: float, out: Path, rate: int = 200) -> subprocess.Popen[bytes] | None:
+    """Starts recording `pid` for `seconds` at `rate` samples/s into a collapsed-stack file;
+    None without py-spy."""
     pyspy = find_pyspy()
     if pyspy is None:
         return None
@@ -36,7 +37,7 @@ def start(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None
     return subprocess.Popen(
         [
             *(str(pyspy), "record", "-p", str(pid), "-d", str(max(1, round(seconds)))),
-            *("-f", "raw", "-o", str(out), "--nonblocking", "-r", "200"),
+            *("-f", "raw", "-o", str(out), "--nonblocking", "-r", str(rate)),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

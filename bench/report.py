@@ -19,7 +19,7 @@ from bench.report_control import (
     scale_rows,
     scale_section,
 )
-from bench.report_launch import launch_notes, launch_rows, launch_section
+from bench.report_launch import dominates_lines, launch_notes, launch_rows, launch_section
 from bench.text import spread_text as _spread
 
 DOC = REPO / "docs" / "benchmarks.md"
@@ -579,12 +579,15 @@ def what_dominates(
     training: dict[str, Any] | None,
     recovery: dict[str, Any] | None = None,
     scale: dict[str, Any] | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> list[str]:
     lines = ["### What dominates", ""]
     if pipeline:
         lines += ingest_notes(pipeline) + latency_notes(pipeline)
     if training:
         lines += training_notes(training)
+    if launch:
+        lines += dominates_lines(launch)
     lines += control_notes(recovery, scale)
     return [*lines, ""]
 
@@ -608,7 +611,7 @@ def render(
     if scale:
         rows += scale_rows(scale)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
-    lines += ["", *what_dominates(pipeline, training, recovery, scale)]
+    lines += ["", *what_dominates(pipeline, training, recovery, scale, launch)]
     if pipeline:
         lines += plot_lines("metrics_pipeline", "Ingest and latency")
         lines += ingest_section(pipeline)

@@ -10,7 +10,14 @@ JOBS = {
     "parameter_server": "parameter_server (1 chief, 2 workers, 1 ps)",
     "multi_worker_mirrored": "multi_worker_mirrored (2 workers)",
 }
-VARIANTS = {"strata": "Strata", "hand": "by hand", "ray": "Ray Train"}
+VARIANTS = {
+    "strata": "Strata",
+    "strata_bare": "Strata, no runtime callbacks",
+    "hand": "by hand",
+    "ray": "Ray Train",
+}
+SERVER, AGENTS, MACHINE = "server", "agents", "machine"  # bench.launch's CPU sample names
+OTHER = "the rest of the machine"
 
 
 def _seconds(values: dict[str, float]) -> str:
@@ -74,8 +81,10 @@ def launch_section(launch: dict[str, Any]) -> list[str]:
         "",
         "`bench/launch.py`: the digits example (`--epochs "
         f"{plan['epochs']} --steps-per-epoch {plan['steps_per_epoch']} --batch {plan['batch']}`)"
-        " started three ways in each run, the order rotating from run to run: `POST /jobs` to",
-        "a running `strata up` (2 agents, streaming on, no periodic checkpoints); a shell",
+        " started several ways in each run, the order rotating from run to run: `POST /jobs`",
+        "to a running `strata up` (2 agents, streaming on, no periodic checkpoints); the same",
+        "with the example's `--without-runtime-callbacks` (no `runtime.callbacks()`: what running",
+        "under Strata costs without the runtime library in the training process); a shell",
         "script that starts the same processes with hand-written TF_CONFIG and plain tf_keras",
         f"callbacks; and, for multi_worker_mirrored, {ray}'s `TensorflowTrainer` with the same",
         "model, data and batch (its time includes `ray.init()`). Launch latency: request →",
@@ -99,7 +108,56 @@ def launch_section(launch: dict[str, Any]) -> list[str]:
                 f"{_ratio(ratios['launch_ratio']) if ratios else '—'} | "
                 f"{_ratio(ratios['steps_ratio']) if ratios else '—'} |"
             )
+    return [*lines, "", *cpu_section(launch)]
+
+
+def cpu_section(launch: dict[str, Any]) -> list[str]:
+    """Where the cores went, per training step: each task, the control plane, the machine."""
+    jobs = {
+        job: entry
+        for job, entry in launch["summary"].items()
+        if any("cpu_ms_per_step" in entry.get(v, {}) for v in VARIANTS)
+    }
+    if not jobs:
+        return []
+    lines = [
+        "CPU per training step over the steps/s window (milliseconds of CPU time, all threads,",
+        "sampled every 0.1 s and interpolated; median of the runs): each task, the control",
+        "plane (the server and both agents) and the whole machine, whose remainder is other",
+        "processes (this benchmark's own among them) and the kernel. Training keeps this",
+        "machine's cores busy, so steps/s follow the CPU a step costs.",
+        "",
+        "| Job | Variant | Steps/s | Tasks | Control plane | Rest of the machine | Machine |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for job, entry in jobs.items():
+        for variant, label in VARIANTS.items():
+            cpu = entry.get(variant, {}).get("cpu_ms_per_step")
+            if not cpu:
+                continue
+            parts = _cpu_parts(cpu)
+            tasks = ", ".join(
+                f"{name} {ms:.2f}" for name, ms in parts.items() if name not in _NOT_TASKS
+            )
+            lines.append(
+                f"| {JOBS.get(job, job)} | {label} | "
+                f"{entry[variant]['steps_per_s']['median']:.1f} | {tasks} | "
+                f"{parts.get(SERVER, 0.0):.2f} | {parts.get(AGENTS, 0.0):.2f} | "
+                f"{parts[OTHER]:.2f} | {parts[MACHINE]:.2f} |"
+            )
     return [*lines, ""]
+
+
+_NOT_TASKS = (SERVER, AGENTS, MACHINE, OTHER)
+
+
+def _cpu_parts(cpu: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Median CPU ms per step by name, with the machine's remainder as OTHER."""
+    parts = {name: values["median"] for name, values in cpu.items()}
+    named = sum(ms for name, ms in parts.items() if name != MACHINE)
+    parts[OTHER] = max(0.0, parts.get(MACHINE, named) - named)
+    parts.setdefault(MACHINE, named)
+    return parts
 
 
 def launch_notes(launch: dict[str, Any]) -> list[str]:
@@ -150,41 +208,88 @@ def launch_notes(launch: dict[str, Any]) -> list[str]:
 
 
 def throughput_notes(launch: dict[str, Any]) -> list[str]:
-    """What a Strata-run job pays for that a hand-started one does not: the control plane's
-    share of the machine's cores, and the runtime library's share of the lead task's time."""
-    cores = launch["machine"]["nproc"]
-    profiles = launch.get("lead_task_profiles") or {}
+    """Where a Strata-run job's steps/s go that a hand-started one keeps: the split by the
+    variant without the runtime's callbacks, the extra CPU per step by process, and the
+    runtime library's share of the script's own time (py-spy)."""
     notes = []
     for job, entry in launch["summary"].items():
-        strata, hand = entry.get("strata", {}), entry.get("hand", {})
-        ratio = entry.get("strata_vs_hand", {}).get("steps_ratio", {}).get("median")
-        if "control_plane_cores" not in strata or "machine_cores" not in hand or ratio is None:
+        attribution = throughput_attribution(job, entry)
+        if attribution is None:
             continue
-        control = strata["control_plane_cores"]["median"]
-        control_pct = 100 * control / cores
-        runtime = _runtime_shares(profiles.get(f"{job}-strata") or {})
-        runtime_pct = sum(runtime.values())
-        parts = ", ".join(f"{stage} {pct:.1f}%" for stage, pct in runtime.items()) or "nothing"
-        gap = 100 * (1 - ratio)
-        notes.append(
-            f"- **{job}, steps/s** (Strata ÷ by hand {ratio:.3f}, a {gap:.1f}% gap): the "
-            f"server and the two agents used {control:.2f} cores during the runs, "
-            f"{control_pct:.0f}% of the machine's {cores} (the machine was busy "
-            f"{strata['machine_cores']['median']:.2f} cores under Strata, "
-            f"{hand['machine_cores']['median']:.2f} by hand). In the lead task the runtime "
-            f"library took {parts} of the busy samples (py-spy over one more run of each, "
-            "imports left out). On cores that training keeps busy, the two add up to about "
-            f"{control_pct + runtime_pct:.0f}% of the {gap:.0f}%; the rest is not attributed "
-            "by these measurements (only the lead task was sampled, not the other tasks, "
-            "which run the runtime library too)."
-        )
+        text, _ = attribution
+        shares = _runtime_shares(launch, job)
+        if shares:
+            text += (
+                " In the tasks that run the script, py-spy (one more run, imports left out) "
+                f"found the runtime library in {shares} of the busy samples."
+            )
+        notes.append(f"- {text}")
     return notes
 
 
-def _runtime_shares(profile: dict[str, Any]) -> dict[str, float]:
-    """The lead task's busy samples in the runtime library's parts, by part."""
-    return {
-        stage: pct
-        for stage, pct in profile.get("stages_pct", {}).items()
-        if stage.startswith("Strata") and pct > 0
-    }
+def throughput_attribution(job: str, entry: dict[str, Any]) -> tuple[str, str] | None:
+    """(the paragraph, what dominates in a few words) for one job's steps/s against the
+    hand-started processes; None without the variants it needs."""
+    ratio = entry.get("strata_vs_hand", {}).get("steps_ratio", {}).get("median")
+    bare = entry.get("strata_bare_vs_hand", {}).get("steps_ratio", {}).get("median")
+    if ratio is None or bare is None:
+        return None
+    runtime_points, rest_points = 100 * (bare - ratio), 100 * (1 - bare)
+    text = (
+        f"**{job}, steps/s** (Strata ÷ by hand {ratio:.3f}): without the runtime's callbacks "
+        f"Strata ÷ by hand is {bare:.3f}. Of the {100 * (1 - ratio):.1f} points, the runtime "
+        f"library in the training process accounts for {runtime_points:.1f} and the rest of "
+        f"running under Strata for {rest_points:.1f}."
+    )
+    strata = entry.get("strata", {}).get("cpu_ms_per_step")
+    hand = entry.get("hand", {}).get("cpu_ms_per_step")
+    if not strata or not hand:
+        return text, "not split by CPU"
+    ours, theirs = _cpu_parts(strata), _cpu_parts(hand)
+    extra = {name: ours.get(name, 0.0) - theirs.get(name, 0.0) for name in ours if name != MACHINE}
+    ranked = sorted(extra.items(), key=lambda item: item[1], reverse=True)
+    more = 100 * (ours[MACHINE] / theirs[MACHINE] - 1)
+    text += (
+        f" Per training step the machine spent {ours[MACHINE]:.2f} ms of CPU under Strata and "
+        f"{theirs[MACHINE]:.2f} ms by hand ({more:+.1f}%); by process, Strata's extra: "
+        + ", ".join(f"{name} {ms:+.2f} ms" for name, ms in ranked)
+        + "."
+    )
+    top, top_ms = ranked[0]
+    added = sum(ms for _, ms in ranked if ms > 0)
+    share = 100 * top_ms / added if added > 0 else 0.0
+    dominant = f"{top} ({top_ms:+.2f} ms per step, {share:.0f}% of the added CPU)"
+    return f"{text} What dominates: {dominant}.", dominant
+
+
+def dominates_lines(launch: dict[str, Any]) -> list[str]:
+    """One line per job whose steps/s miss the target, for the page's summary."""
+    lines = []
+    for job, entry in launch["summary"].items():
+        ratio = entry.get("strata_vs_hand", {}).get("steps_ratio", {}).get("median")
+        attribution = throughput_attribution(job, entry)
+        if ratio is None or ratio >= 0.98 or attribution is None:
+            continue
+        bare = entry["strata_bare_vs_hand"]["steps_ratio"]["median"]
+        lines.append(
+            f"- **Steps/s, {job}** ({100 * (0.98 - ratio):.1f} points short of 0.98): the "
+            f"runtime's callbacks {100 * (bare - ratio):.1f} points, the rest of running under "
+            f"Strata {100 * (1 - bare):.1f}; by CPU per step, {attribution[1]}. See the launch "
+            "section."
+        )
+    return lines
+
+
+def _runtime_shares(launch: dict[str, Any], job: str) -> str:
+    """The runtime library's parts in each profiled task of the Strata run, as text."""
+    profiles = (launch.get("task_profiles") or {}).get(f"{job}-strata") or {}
+    texts = []
+    for task, profile in profiles.items():
+        parts = [
+            f"{stage} {pct:.1f}%"
+            for stage, pct in profile.get("stages_pct", {}).items()
+            if stage.startswith("Strata") and pct > 0
+        ]
+        if parts:
+            texts.append(f"{task}: {', '.join(parts)}")
+    return "; ".join(texts)

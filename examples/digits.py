@@ -41,6 +41,12 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="exit with code 3 when this (1-based) epoch starts; lets tests crash a task",
     )
+    parser.add_argument(
+        "--without-runtime-callbacks",
+        action="store_true",
+        help="leave runtime.callbacks() out (no metrics, checkpoints or backups): lets the "
+        "benchmarks tell the runtime library's cost from the rest of running under Strata",
+    )
     return parser.parse_args()
 
 
@@ -152,11 +158,13 @@ def main() -> int:
     callbacks: list[keras.callbacks.Callback] = [FirstStepLine(), EpochLines()]
     if args.fail_at_epoch is not None:
         callbacks.append(FailAtEpoch(args.fail_at_epoch))
+    if not args.without_runtime_callbacks:
+        callbacks += runtime.callbacks(batch_size=args.batch)
     model.fit(
         make_dataset_creator(features, labels, args.batch),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
-        callbacks=[*callbacks, *runtime.callbacks(batch_size=args.batch)],
+        callbacks=callbacks,
         verbose=0,
     )
     print("strata-example: done", flush=True)

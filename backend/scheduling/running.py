@@ -24,9 +24,12 @@ class RunningReports:
         return self._by_host.get(host)
 
     def report(self, host: str, keys: frozenset[TaskKey]) -> None:
-        previous = self._by_host.get(host, frozenset())
-        if previous == keys:
+        known = self._by_host.get(host)
+        if known == keys:
             return
+        # A host that runs nothing is recorded too: `of` then says so (an empty set), where
+        # None means "never reported", which makes every heartbeat ask for a comparison.
+        previous = known or frozenset()
         for key in previous - keys:
             attempts = self._attempts[(key.job_id, key.task)]
             attempts[key.attempt] -= 1

@@ -1,0 +1,37 @@
+"""The controller's index of what each agent last reported running."""
+
+from __future__ import annotations
+
+from agents.protocol import TaskKey
+from backend.scheduling.running import RunningReports
+
+
+def key(task: str = "worker:0", attempt: int = 0, job_id: int = 1) -> TaskKey:
+    return TaskKey(job_id=job_id, task=task, attempt=attempt)
+
+
+def test_a_host_that_runs_nothing_is_known_to_run_nothing() -> None:
+    # None would mean "never reported": the controller compares such a host at every heartbeat.
+    reports = RunningReports()
+    assert reports.of("idle") is None
+    reports.report("idle", frozenset())
+    assert reports.of("idle") == frozenset()
+    changes = reports.changes
+    reports.report("idle", frozenset())
+    assert reports.changes == changes
+
+
+def test_earlier_attempts_are_counted_across_hosts_until_they_stop() -> None:
+    reports = RunningReports()
+    reports.report("a", frozenset({key(attempt=0)}))
+    reports.report("b", frozenset({key(attempt=1), key("ps:0")}))
+    assert reports.earlier_attempt_runs(1, "worker:0", 2)
+    assert reports.earlier_attempt_runs(1, "worker:0", 1)
+    assert not reports.earlier_attempt_runs(1, "worker:0", 0)
+    reports.report("a", frozenset())
+    assert reports.earlier_attempt_runs(1, "worker:0", 2)  # attempt 1 still runs on b
+    assert not reports.earlier_attempt_runs(1, "worker:0", 1)
+    reports.forget("b")
+    assert reports.of("b") is None
+    assert not reports.earlier_attempt_runs(1, "worker:0", 2)
+    assert not reports.earlier_attempt_runs(1, "ps:0", 1)
