@@ -127,8 +127,8 @@ def cpu_section(launch: dict[str, Any]) -> list[str]:
         "processes (this benchmark's own among them) and the kernel. Training keeps this",
         "machine's cores busy, so steps/s follow the CPU a step costs.",
         "",
-        "| Job | Variant | Steps/s | Tasks | Control plane | Rest of the machine | Machine |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| Job | Variant | Steps/s | Tasks | Server | Agents | Rest of the machine | Machine |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for job, entry in jobs.items():
         for variant, label in VARIANTS.items():
