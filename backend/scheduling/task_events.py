@@ -126,43 +126,29 @@ async def mark_started_many(
         job = jobs.get(key.job_id)
         tasks = list(job.tasks) if job is not None else []
         task = next((t for t in tasks if t.name == key.task), None)
-        await _start(session, commands, outbox, host, key, pid, task, job, tasks)
-
-
-async def _start(
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
-    host: Host,
-    key: TaskKey,
-    pid: int,
-    task: Task | None,
-    job: Job | None,
-    siblings: list[Task],
-) -> None:
-    if not wanted_on(task, job, host, key):
-        if task is None or task.host_id not in (None, host.id):
-            # Not a late start of an attempt that was stopped: another host's task, or none.
-            security.refused(f"agent {host.name}", f"task_started for {_key_text(key)}")
-        commands.stop(outbox, host.name, key, "this attempt should not run")
-        return
-    assert task is not None and job is not None
-    if task.status is TaskStatus.scheduled:
-        task.status, task.pid, task.started_at = TaskStatus.running, pid, utcnow()
-        await record_event(
-            session=session,
-            job=job,
-            kind="task_status",
-            task=task.name,
-            message=f"{task.name} started on {host.name} (pid {pid})",
-            data={"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name},
-        )
-    if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
-        t.status is TaskStatus.running for t in siblings if t.role != "evaluator"
-    ):
-        await transition_job(
-            session=session, job=job, to=JobStatus.running, reason="all tasks are running"
-        )
+        if not wanted_on(task, job, host, key):
+            if task is None or task.host_id not in (None, host.id):
+                # Not a late start of an attempt that was stopped: another host's task, or none.
+                security.refused(f"agent {host.name}", f"task_started for {_key_text(key)}")
+            commands.stop(outbox, host.name, key, "this attempt should not run")
+            continue
+        assert task is not None and job is not None
+        if task.status is TaskStatus.scheduled:
+            task.status, task.pid, task.started_at = TaskStatus.running, pid, utcnow()
+            await record_event(
+                session=session,
+                job=job,
+                kind="task_status",
+                task=task.name,
+                message=f"{task.name} started on {host.name} (pid {pid})",
+                data={"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name},
+            )
+        if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
+            t.status is TaskStatus.running for t in tasks if t.role != "evaluator"
+        ):
+            await transition_job(
+                session=session, job=job, to=JobStatus.running, reason="all tasks are running"
+            )
 
 
 async def apply_exit(
