@@ -558,6 +558,9 @@ class Controller:
                 session=session, commands=self.commands, outbox=outbox, host=host, exit=exit
             )
             await session.commit()
+        # Its port and GPUs are free now: a restarted attempt need not wait for the agent's
+        # next heartbeat to be told so (see _old_attempt_running).
+        self._running.exited(host_name, exit.key)
         self._send(outbox)
         self.wake()  # freed capacity may let a pending job in
 

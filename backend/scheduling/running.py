@@ -42,6 +42,13 @@ class RunningReports:
         self._by_host[host] = keys
         self.changes += 1
 
+    def exited(self, host: str, key: TaskKey) -> None:
+        """The host reported this attempt's exit: it no longer runs it. Exits travel before
+        later heartbeats on the agent's channel, so the next one will agree."""
+        known = self._by_host.get(host)
+        if known is not None and key in known:
+            self.report(host, known - {key})
+
     def forget(self, host: str) -> None:
         """The host is gone, and what it ran with it."""
         if host in self._by_host:

@@ -35,3 +35,14 @@ def test_earlier_attempts_are_counted_across_hosts_until_they_stop() -> None:
     assert reports.of("b") is None
     assert not reports.earlier_attempt_runs(1, "worker:0", 2)
     assert not reports.earlier_attempt_runs(1, "ps:0", 1)
+
+
+def test_an_exit_frees_the_attempt_before_the_next_heartbeat() -> None:
+    reports = RunningReports()
+    reports.report("a", frozenset({key(attempt=0), key("ps:0")}))
+    reports.exited("a", key(attempt=0))
+    assert reports.of("a") == frozenset({key("ps:0")})
+    assert not reports.earlier_attempt_runs(1, "worker:0", 1)
+    reports.exited("a", key(attempt=0))  # resent after a reconnect: nothing more to do
+    reports.exited("unknown", key(attempt=0))
+    assert reports.of("unknown") is None
