@@ -28,8 +28,7 @@ on this small machine training keeps the cores busy, so steps/s follow the CPU e
 costs, and the per-task figures say where a variant's extra cost went. After the counted
 runs, one more run of each job under Strata and by hand is sampled with py-spy in every task
 that runs the script. The floor is TensorFlow's import time in a fresh process, measured
-alone. Results go to
-bench/results/launch.json; docs/benchmarks.md renders them.
+alone. Results go to bench/results/launch.json; docs/benchmarks.md renders them.
 """
 
 from __future__ import annotations
@@ -199,7 +198,8 @@ def hand_script(strategy: str, plan: Plan, logs: Path) -> str:
 
 
 def run_by_hand(strategy: str, plan: Plan, workdir: Path, profiles: Path | None = None) -> Run:
-    """One hand-started run; with `profiles`, py-spy samples every task into that folder."""
+    """One hand-started run; with `profiles`, py-spy samples the tasks that run the script
+    into that folder."""
     logs = Path(tempfile.mkdtemp(prefix=f"hand-{strategy}-", dir=workdir))
     script = logs / "launch.sh"
     script.write_text(hand_script(strategy, plan, logs))
@@ -277,7 +277,8 @@ def run_under_strata(
     runtime_callbacks: bool = True,
     profiles: Path | None = None,
 ) -> Run:
-    """One run through `POST /jobs`; with `profiles`, py-spy samples every task into it."""
+    """One run through `POST /jobs`; with `profiles`, py-spy samples the tasks that run the
+    script into that folder."""
     spec = job_spec(strategy, plan, number, runtime_callbacks)
     control_plane = [cluster.process.pid, *cluster.agent_pids()]
     control_cpu = sum(cpu_seconds(pid) for pid in control_plane)
