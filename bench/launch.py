@@ -280,12 +280,13 @@ def run_under_strata(
     """One run through `POST /jobs`; with `profiles`, py-spy samples the tasks that run the
     script into that folder."""
     spec = job_spec(strategy, plan, number, runtime_callbacks)
-    control_plane = [cluster.process.pid, *cluster.agent_pids()]
+    server, agents = cluster.process.pid, cluster.agent_pids()
+    control_plane = [server, *agents]
     control_cpu = sum(cpu_seconds(pid) for pid in control_plane)
     recorders: list[subprocess.Popen[bytes]] = []
     with CpuSampler() as sampler:
-        sampler.watch(SERVER, cluster.process.pid)
-        sampler.watch(AGENTS, *cluster.agent_pids())
+        sampler.watch(SERVER, server)
+        sampler.watch(AGENTS, *agents)
         started, busy = time.time(), machine_busy_seconds()
         job_id: int = cluster.submit(spec)["id"]
         try:

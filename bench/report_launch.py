@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.cpu_sampler import MACHINE
+from bench.launch import AGENTS, SERVER
 from bench.text import spread_text
 
 JOBS = {
@@ -16,7 +18,6 @@ VARIANTS = {
     "hand": "by hand",
     "ray": "Ray Train",
 }
-SERVER, AGENTS, MACHINE = "server", "agents", "machine"  # bench.launch's CPU sample names
 OTHER = "the rest of the machine"
 
 
