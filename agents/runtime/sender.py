@@ -10,7 +10,9 @@ lock and a deque append, and everything else happens on one daemon thread:
   one `MetricBatch` and waits for the `Ack` (stop and wait); an ack of N means every point up
   to N is stored, so they are forgotten;
 * a dropped connection is retried with exponential backoff and jitter (0.5 s to 5 s); the
-  points not yet acknowledged are simply sent again (the server skips what it has);
+  points not yet acknowledged are simply sent again (the server skips what it has). While
+  someone waits in `flush()` (the process is exiting) the wait is cut short and retries come
+  every 0.5 s: a server back from a restart gets the last points before the exit flush gives up;
 * the buffer is bounded: when it is full the oldest unacknowledged point is dropped and
   counted (`dropped`);
 * a `Command` frame from the server goes to the hooks registered with `on_command`;
@@ -212,6 +214,10 @@ class MetricSender:
         self._names: set[str] = set()  # names already checked against the pattern
         self._hooks: list[CommandHook] = []
         self._closing = threading.Event()
+        # Ends a reconnect wait early: set by close(), and by flush() so that a process
+        # about to exit does not sleep out a long backoff while the server is back.
+        self._wake = threading.Event()
+        self._flushing = 0  # flush() calls waiting now (under the lock)
         self._warned: set[str] = set()
 
         # Counters, for tests and for whoever wants to look.
@@ -272,14 +278,19 @@ class MetricSender:
         with self._changed:
             target = self._next_seq - 1
             last_record = self._records[-1] if self._records else None
-            while (self._buffer and self._buffer[0].seq <= target) or any(
-                r is last_record for r in self._records
-            ):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._thread.is_alive():
-                    return False
-                self._changed.wait(min(remaining, 0.5))
-            return True
+            self._flushing += 1
+            self._wake.set()
+            try:
+                while (self._buffer and self._buffer[0].seq <= target) or any(
+                    r is last_record for r in self._records
+                ):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not self._thread.is_alive():
+                        return False
+                    self._changed.wait(min(remaining, 0.5))
+                return True
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
         """Flushes for up to `timeout` seconds, then stops the thread."""
@@ -288,6 +299,7 @@ class MetricSender:
         if timeout > 0:
             self.flush(timeout)
         self._closing.set()
+        self._wake.set()
         with contextlib.suppress(Exception):
             atexit.unregister(self._at_exit)
         if threading.current_thread() is not self._thread:
@@ -332,6 +344,7 @@ class MetricSender:
         while not self._closing.is_set():
             sessions = self.connections
             refused = False
+            self._wake.clear()
             try:
                 self._session()
             except _Refused as exc:
@@ -347,7 +360,12 @@ class MetricSender:
                 delay = self._backoff_max
             elif self.connections != sessions:
                 delay = self._backoff_min  # that session worked: start over from short waits
-            self._closing.wait(delay * random.uniform(0.75, 1.25))
+            pause = delay * random.uniform(0.75, 1.25)
+            if self._flushing and not refused:
+                # Someone waits for these points with a deadline (at exit, 5 s): a long
+                # backoff would outlast it while the server may already be back.
+                pause = min(pause, self._backoff_min)
+            self._wake.wait(pause)
             delay = min(self._backoff_max, delay * 2)
 
     def _session(self) -> None:

@@ -36,7 +36,8 @@ TOKEN = "task-token-for-tests"
 class FakeTaskChannel:
     """/tasks/connect as the server implements it: welcome, store, ack the highest stored."""
 
-    def __init__(self, *, stored_through: int = -1) -> None:
+    def __init__(self, *, stored_through: int = -1, port: int = 0) -> None:
+        self.port = port
         self.stored_through = stored_through
         self.lock = threading.Lock()
         self.stored: dict[int, MetricPoint] = {}
@@ -57,7 +58,7 @@ class FakeTaskChannel:
         self._server: Server | None = None
 
     def __enter__(self) -> FakeTaskChannel:
-        self._server = serve(self.handle, "127.0.0.1", 0, compression=None)
+        self._server = serve(self.handle, "127.0.0.1", self.port, compression=None)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -284,6 +285,26 @@ def test_put_never_raises_and_flush_times_out_when_the_server_is_down(
     started = time.perf_counter()
     assert sender.flush(0.3) is False
     assert time.perf_counter() - started < 1.5
+
+
+def test_a_flush_does_not_sleep_out_the_backoff_once_the_server_is_back(
+    make_sender: Callable[..., MetricSender],
+) -> None:
+    # A process exiting after the server was down for a while: its exit flush must not wait
+    # out a backoff of several seconds while the server is already back.
+    url = closed_port_url()
+    sender = make_sender(url, backoff_min=0.2, backoff_max=30.0)
+    sender.put("loss", 1.0, 1)
+    time.sleep(3.5)  # failed tries 0.2, 0.4, 0.8, 1.6 s apart: the next wait is >= 2.4 s
+    assert sender.connections == 0
+    flushed: list[bool] = []
+    flushing = threading.Thread(target=lambda: flushed.append(sender.flush(1.5)))
+    flushing.start()
+    time.sleep(0.3)  # the flush's first, immediate try finds the server still down
+    with FakeTaskChannel(port=int(url.rsplit(":", 1)[1])) as channel:
+        flushing.join(5)
+        assert flushed == [True]
+        assert sorted(channel.stored) == [0]
 
 
 def test_commands_reach_the_hooks(
