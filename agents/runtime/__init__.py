@@ -110,7 +110,9 @@ def callbacks(batch_size: int | None = None) -> list[Any]:
 
 def sidecar_evaluator(model: Any, data: Any, steps: int | None = None) -> None:
     """The job's sidecar evaluator: evaluates each new checkpoint and reports ``eval/<name>``
-    at the checkpoint's step, until the agent stops the process (it never returns).
+    at the checkpoint's step, until the agent stops the process (it never returns). Stopped,
+    it first evaluates the newest checkpoint if it has not reported it yet: the final one,
+    when training has ended.
 
     `model` is built and compiled as for training (same layers, optimizer and metrics);
     `data` is what `model.evaluate` takes, finite unless `steps` is given. Outside Strata

@@ -25,9 +25,12 @@ closure may still be queued when the hook runs); a resolver thread waits for and
 them, so the training thread never syncs or calls `coordinator.join()` for a report.
 
 Steps are counted from the batch index and ``params["steps"]`` (epoch * steps + batch + 1),
-never read from model variables, which live on the parameter servers under PS. Under PS the
-batch hook runs when a chunk is *scheduled*: a batch point is reported when its RemoteValue
-resolves (the chunk has run), at the step it was scheduled for.
+never read from model variables, which live on the parameter servers under PS. Only when
+steps per epoch are unknown (a dataset of unknown length, never under PS) does the count go on
+from the optimizer's iteration count, read once per fit: a process that resumed from a backup
+continues the series instead of starting again at 0. Under PS the batch hook runs when a chunk
+is *scheduled*: a batch point is reported when its RemoteValue resolves (the chunk has run), at
+the step it was scheduled for.
 
 This module imports only the standard library: `agents.runtime` imports it eagerly (so that
 the package's `callbacks()` function, defined after that import, is never shadowed by this
@@ -231,6 +234,7 @@ class MetricsTracker:
         self._epoch_start: tuple[int, float] | None = None
         self._train_done_at: float | None = None
         self._in_fit = False
+        self._seeded = False  # this fit's count was set from the optimizer's (epoch_begin)
         self.step = 0  # global step after the last batch (scheduled, under PS)
 
     def sink(self) -> MetricSink:
@@ -255,6 +259,7 @@ class MetricsTracker:
         self._remote = coordinator is not None
         self._stride = max(1, (self._steps or 0) // PS_FIRST_EPOCH_SAMPLES) if self._remote else 1
         self._in_fit = True
+        self._seeded = False
         self._resolver.start()
         if self._remote and self._watch_coordinator and self._health is None:
             from agents.runtime.coordinator import CoordinatorHealth
@@ -262,7 +267,21 @@ class MetricsTracker:
             self._health = CoordinatorHealth(coordinator, self.sink(), self.completed_step)
             self._health.start()
 
-    def epoch_begin(self, epoch: int) -> None:
+    def epoch_begin(self, epoch: int, trained_step: Callable[[], int | None] | None = None) -> None:
+        if self._steps is None and not self._seeded and trained_step is not None:
+            # Steps per epoch unknown: the count goes on from this process's own, which starts
+            # at 0 in a process that resumed from a backup. The optimizer's iteration count is
+            # the restored step; it is read here, after every on_train_begin (where
+            # BackupAndRestore restores), once per fit, and never under PS (where it is remote
+            # and steps per epoch are required anyway).
+            self._seeded = True
+            try:
+                restored = trained_step()
+            except Exception as exc:
+                log.debug("strata: cannot read the trained step: %r", exc)
+                restored = None
+            if restored is not None and restored > self.step:
+                self.step = restored
         self._epoch_base = epoch * self._steps if self._steps is not None else self.step
         self._epoch_start = None
         self._train_done_at = None
@@ -440,7 +459,10 @@ def _make_class() -> type:
             )
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._guard("on_epoch_begin", lambda: self.tracker.epoch_begin(epoch))
+            self._guard(
+                "on_epoch_begin",
+                lambda: self.tracker.epoch_begin(epoch, lambda: trained_step(self.model)),
+            )
 
         # The two per-batch hooks are the hot path: no closures, no logging setup.
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:

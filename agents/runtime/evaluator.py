@@ -9,8 +9,12 @@ evaluation outside `fit` it reports ``eval/<name>`` at the optimizer's iteration
 the restore has just set to the checkpoint's step.
 
 The evaluator is not part of the training cluster (the agent gives it a TF_CONFIG naming
-only itself), so it runs under the default strategy. The agent stops it with SIGTERM; that
-ends the loop cleanly (exit code 0) so that the last points are flushed.
+only itself), so it runs under the default strategy. The agent stops it with SIGTERM, most
+often because training has ended: the chief has just written its final checkpoint, which the
+loop may not have reached yet. So the first SIGTERM leaves the loop (mid-evaluation or while
+waiting), evaluates the newest checkpoint unless its step was the last one reported, and
+exits with code 0 so that the points are flushed; the agent's stop grace (SIGTERM → SIGKILL)
+bounds that last evaluation, and a second SIGTERM exits at once.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ def run_sidecar_evaluator(
 
     `model` must be built and compiled like the training model (same layers, same optimizer
     class, the metrics to report); `data` is anything `model.evaluate` takes, finite unless
-    `steps` is given. Runs until the process is stopped, or, when `max_evaluations` is given,
-    until it has evaluated a checkpoint ``ckpt-<N>`` with N >= max_evaluations (tests).
+    `steps` is given. Runs until SIGTERM, which evaluates the newest checkpoint and exits (see
+    the module docstring), or, when `max_evaluations` is given, returns once it has evaluated
+    a checkpoint ``ckpt-<N>`` with N >= max_evaluations (tests).
     """
     directory = directory or checkpoint_dir()
     if directory is None:
@@ -68,24 +73,79 @@ def run_sidecar_evaluator(
 
     from agents.runtime.callbacks import strata_metrics_class
 
-    reporter = strata_metrics_class()(sink=sink, watch_coordinator=False)
+    last_evaluated = _last_evaluated_class()()
+    callbacks = [strata_metrics_class()(sink=sink, watch_coordinator=False), last_evaluated]
     evaluator = keras.utils.SidecarEvaluator(
         model,
         data,
         checkpoint_dir=directory,
         steps=steps,
         max_evaluations=max_evaluations,
-        callbacks=[reporter],
+        callbacks=callbacks,
     )
     log.info("strata: sidecar evaluator watching %s", directory)
-    with _exit_on_sigterm():
-        evaluator.start()
+    with _stop_on_sigterm():
+        try:
+            evaluator.start()
+            return
+        except _Stopping:
+            log.info("strata: sidecar evaluator stopping; evaluating the newest checkpoint")
+        _evaluate_newest(model, data, steps, directory, callbacks, last_evaluated.step)
+        log.info("strata: sidecar evaluator stopped")
+        raise SystemExit(0)  # atexit handlers, the metric flush among them, run
+
+
+class _Stopping(BaseException):
+    """The first SIGTERM: leave SidecarEvaluator's loop wherever it is.
+
+    A BaseException, so that no `except Exception` in tf_keras or the script swallows it.
+    """
+
+
+def _last_evaluated_class() -> type:
+    import tf_keras as keras
+
+    class LastEvaluated(keras.callbacks.Callback):  # type: ignore[misc]
+        """Remembers the step of the last evaluation that ran to its end (and was reported)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.step: int | None = None
+
+        def on_test_end(self, logs: Any = None) -> None:
+            self.step = int(self.model.optimizer.iterations.numpy())
+
+    return LastEvaluated
+
+
+def _evaluate_newest(
+    model: Any,
+    data: Any,
+    steps: int | None,
+    directory: str,
+    callbacks: list[Any],
+    evaluated_step: int | None,
+) -> None:
+    """Restores the newest checkpoint and evaluates it, unless its step was the last one
+    evaluated (its points are already reported)."""
+    import tensorflow as tf
+
+    newest = tf.train.latest_checkpoint(directory)
+    if newest is None:
+        return
+    # What SidecarEvaluator restores for a tf_keras optimizer, and what StrataCheckpoints
+    # writes: the model and the optimizer, whose iteration count is the checkpoint's step.
+    tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(newest).expect_partial()
+    if int(model.optimizer.iterations.numpy()) == evaluated_step:
+        return
+    model.evaluate(data, steps=steps, callbacks=callbacks, verbose=2)
 
 
 @contextlib.contextmanager
-def _exit_on_sigterm() -> Iterator[None]:
-    """SIGTERM raises SystemExit(0) (atexit handlers, the metric flush among them, run),
-    unless the script installed its own handler or this is not the main thread."""
+def _stop_on_sigterm() -> Iterator[None]:
+    """The first SIGTERM raises `_Stopping`, a second SystemExit(0) (atexit handlers, the
+    metric flush among them, run); nothing is installed when the script has its own handler
+    or this is not the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -93,9 +153,14 @@ def _exit_on_sigterm() -> Iterator[None]:
     if previous is not signal.SIG_DFL:
         yield
         return
+    received = 0
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        log.info("strata: sidecar evaluator stopped")
+        nonlocal received
+        received += 1
+        if received == 1:
+            raise _Stopping
+        log.info("strata: sidecar evaluator stopped before its last evaluation ended")
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)

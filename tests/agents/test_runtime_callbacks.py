@@ -201,6 +201,29 @@ def test_fit_under_mirrored_strategy(recorder: Recorder) -> None:
     check_fit_points(recorder, epochs=2, steps=8, batch_size=32)
 
 
+def test_unknown_steps_per_epoch_go_on_from_the_restored_step(recorder: Recorder) -> None:
+    # A dataset of unknown length gives no steps per epoch: the count starts from the
+    # optimizer's iterations, which BackupAndRestore has set in a resumed process.
+    import tensorflow as tf
+
+    features, labels = digits_like()  # 16 batches of 32
+    unknown_length = (
+        tf.data.Dataset.from_tensor_slices((features, labels)).filter(lambda x, y: True).batch(32)
+    )
+    assert int(unknown_length.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
+    model = build_model()
+    model.optimizer.iterations.assign(40)  # what a restored backup leaves
+    callback = strata_metrics_class()(32)
+    model.fit(unknown_length, epochs=2, callbacks=[callback], verbose=0)
+    assert [step for step, _ in recorder.series("loss")] == [56, 72]
+    # A second fit in the same process goes on from there. (Over a dataset of unknown
+    # length tf_keras counts one iteration more than batches run, 73 here: the later count
+    # wins, so the series keeps increasing.)
+    start = max(72, int(model.optimizer.iterations.numpy()))
+    model.fit(unknown_length, epochs=1, callbacks=[callback], verbose=0)
+    assert [step for step, _ in recorder.series("loss")] == [56, 72, start + 16]
+
+
 def test_learning_rate_schedules_are_evaluated_at_the_step(recorder: Recorder) -> None:
     import tf_keras as keras
 

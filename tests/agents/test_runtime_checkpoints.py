@@ -504,6 +504,49 @@ def test_sidecar_evaluator_reports_each_checkpoint_at_its_step(tmp_path: Path) -
     assert sink.series("eval/accuracy") == [(8, pytest.approx(expected["accuracy"]))]
 
 
+@pytest.mark.parametrize("newer_checkpoint", [True, False])
+def test_sigterm_evaluates_the_newest_checkpoint_then_exits(
+    tmp_path: Path, newer_checkpoint: bool
+) -> None:
+    # Training has ended: the chief wrote its final checkpoint and the agent stops the
+    # evaluator before its loop has seen it. It is evaluated once, and nothing twice.
+    trainer = FakeSink()
+    trained = build_model()
+    fit(trained, [saver(tmp_path, trainer)], epochs=2)
+    assert [(s.name, s.step) for s in trainer.saved] == [("ckpt-1", 4), ("ckpt-2", 8)]
+    features, labels = data()
+    final = trained.evaluate(features, labels, batch_size=BATCH, verbose=0, return_dict=True)
+    ckpts._update_state(str(tmp_path), "ckpt-1", ["ckpt-1"])  # ckpt-2 not yet announced
+
+    import signal
+
+    import tensorflow as tf
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # else the evaluator keeps off
+    sink = FakeSink()
+
+    def stop_after_the_first_evaluation() -> None:
+        deadline = time.monotonic() + 60
+        while not sink.series("eval/loss") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if newer_checkpoint:
+            ckpts._update_state(str(tmp_path), "ckpt-2", ["ckpt-1", "ckpt-2"])
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_after_the_first_evaluation, daemon=True)
+    stopper.start()
+    eval_data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH)
+    with pytest.raises(SystemExit) as exited:
+        run_sidecar_evaluator(build_model(), eval_data, directory=str(tmp_path), sink=sink)
+    stopper.join(5)
+    assert exited.value.code == 0
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    steps = [step for step, _ in sink.series("eval/loss")]
+    assert steps == ([4, 8] if newer_checkpoint else [4])
+    if newer_checkpoint:
+        assert sink.series("eval/loss")[-1] == (8, pytest.approx(final["loss"], rel=1e-5))
+
+
 def test_sidecar_evaluator_needs_strata(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STRATA_CHECKPOINT_DIR", raising=False)
     with pytest.raises(NotUnderStrata, match="STRATA_CHECKPOINT_DIR"):
