@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Literal, get_args
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -12,6 +13,8 @@ from sqlalchemy.engine import make_url
 from agents.protocol import MAX_LOG_LINE, MAX_POINTS_PER_BATCH
 
 DEFAULT_DATA_DIR = Path.home() / ".strata"
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's names
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 # The dashboard as `make ui` builds it in a checkout (npm run build in frontend/).
 CHECKOUT_UI_DIR = Path(__file__).resolve().parents[1] / "frontend" / "dist"
 
@@ -121,12 +124,19 @@ class Settings(BaseSettings):
         description="Open /jobs/{id}/stream and /stream sockets per token; one more is "
         "closed (1008) and the older ones keep working.",
     )
-    log_level: str = "info"
+    log_level: LogLevel = Field(
+        default="info", description="The server's and uvicorn's: " + ", ".join(LOG_LEVELS) + "."
+    )
     ui_dir: Path | None = Field(
         default=None,
         description="The built dashboard (index.html and assets), served at /ui/; "
         "frontend/dist of this checkout when unset.",
     )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("data_dir")
     @classmethod

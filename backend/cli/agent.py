@@ -13,6 +13,8 @@ import typer
 from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
 from backend.config import read_secret_file
 
+AGENT_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
 
 def agent(
     server: Annotated[str, typer.Option(envvar="STRATA_SERVER", help="Server URL.")],
@@ -54,9 +56,15 @@ def agent(
             "the tasks it starts get it too.",
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning.")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="How much the agent logs: " + ", ".join(AGENT_LOG_LEVELS) + ".")
+    ] = "info",
 ) -> None:
     """Run a host agent: it joins the server and runs the tasks placed on this host."""
+    if log_level.lower() not in AGENT_LOG_LEVELS:
+        raise typer.BadParameter(
+            f"{log_level!r} is not one of {', '.join(AGENT_LOG_LEVELS)}", param_hint="--log-level"
+        )
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s"
     )

@@ -16,6 +16,7 @@ import uvicorn
 
 from backend.app import create_app
 from backend.cli.collector import settle_for_serving
+from backend.cli.server_logging import server_log_config
 from backend.config import Settings
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class LocalCluster:
             host=self.settings.host,
             port=self.settings.port,
             log_level=self.settings.log_level,
+            log_config=server_log_config(self.settings.log_level),
             ws="websockets-sansio",
         )
         server = uvicorn.Server(config)

@@ -17,6 +17,7 @@ from rich.console import Console
 from backend.app import create_app
 from backend.cli.collector import settle_for_serving
 from backend.cli.local import LocalCluster
+from backend.cli.server_logging import server_log_config
 from backend.config import DEFAULT_DATA_DIR, Settings
 from backend.db import create_engine
 from backend.schema import upgrade_database
@@ -55,6 +56,7 @@ def _serve(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=server_log_config(settings.log_level),
         ws="websockets-sansio",
         ssl_certfile=settings.tls_certfile,
         ssl_keyfile=settings.tls_keyfile,

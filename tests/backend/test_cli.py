@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +106,20 @@ def test_server_refuses_to_start_without_tokens(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "STRATA_API_TOKEN" in result.stdout
+
+
+def test_the_server_logs_its_own_messages_with_the_time(tmp_path: Path) -> None:
+    # Uvicorn configures only its own loggers; the control plane's go beside them.
+    with strata_server(tmp_path / "data", TOKENS):
+        pass
+    (log,) = tmp_path.glob("server-*.log")
+    lines = log.read_text().splitlines()
+    ready = [line for line in lines if "database ready" in line]
+    assert len(ready) == 1, lines
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO: +backend\.app: database ready \(sqlite\)",
+        ready[0],
+    ), ready[0]
 
 
 def test_tokens_are_created_listed_and_revoked(server_url: str) -> None:

@@ -115,7 +115,8 @@ def test_checkpoint_now_and_the_sidecar_evaluator(cluster: Cluster) -> None:
 
 
 def test_a_spec_with_an_evaluator_starts_it_with_the_job(cluster: Cluster) -> None:
-    spec = ps_spec("with-evaluator", 6)
+    # Only the final save: the evaluator is stopped right after the chief writes it.
+    spec = ps_spec("with-evaluator", 6, checkpoint={"every_epochs": 100, "keep": 3})
     spec["replicas"]["evaluator"] = {"count": 1}
     job = cluster.submit(spec)
     cluster.wait_status(job["id"], "succeeded", timeout=300)
