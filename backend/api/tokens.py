@@ -1,4 +1,5 @@
-"""Tokens: create (the secret is shown once), list, revoke. Admin only."""
+"""Tokens: create (the secret is shown once), list, revoke (admin only); and which token is
+this (admin or viewer)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, status
 
 from agents.protocol import MAX_INT32
-from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.tokens import service
-from backend.tokens.schemas import TokenCreate, TokenCreated, TokenRead
+from backend.tokens.schemas import TokenCreate, TokenCreated, TokenRead, TokenSelf
 
 router = APIRouter(
     prefix="/tokens", tags=["tokens"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
@@ -33,6 +34,12 @@ async def create_token(body: TokenCreate, session: SessionDep, _: AdminPrincipal
 async def list_tokens(session: SessionDep, _: AdminPrincipal) -> list[TokenRead]:
     """Every stored token, revoked and expired ones too; never a secret."""
     return [service.token_read(token) for token in await service.list_tokens(session=session)]
+
+
+@router.get("/self", response_model=TokenSelf)
+async def token_self(principal: ReaderPrincipal) -> TokenSelf:
+    """Which kind of token made this request: what a client (the dashboard) may offer."""
+    return TokenSelf(kind=principal.kind.value, token_id=principal.token_id)
 
 
 @router.delete("/{token_id}", response_model=TokenRead, responses=error_responses(404))

@@ -38,3 +38,16 @@ class TokenRead(BaseModel):
 
 class TokenCreated(TokenRead):
     token: str = Field(description="The secret: shown this once, stored only as a hash.")
+
+
+class TokenSelf(BaseModel):
+    """The token that made the request, as the server sees it (never its secret)."""
+
+    kind: Literal["admin", "viewer"] = Field(
+        description="admin: may change things; viewer: may only read (the dashboard greys out "
+        "its controls)."
+    )
+    token_id: int | None = Field(
+        description="The stored token's id (`GET /tokens`); null for a token from the server's "
+        "settings."
+    )

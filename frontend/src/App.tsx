@@ -1,4 +1,5 @@
 import { useEffect, useState } from "preact/hooks";
+import { getAccess, onAccess, READ_ONLY } from "./api/access";
 import { clearToken, getToken, onAuthChange } from "./api/auth";
 import { DialogHost } from "./components/ConfirmDialog";
 import { ClusterPage } from "./pages/ClusterPage";
@@ -84,6 +85,7 @@ function TopBar({ route, signedIn }: { route: Route; signedIn: boolean }) {
         </nav>
       ) : null}
       <span class="spacer" />
+      {signedIn ? <ViewerTag /> : null}
       {signedIn ? <ConnectionIndicator /> : null}
       <button
         type="button"
@@ -102,6 +104,16 @@ function TopBar({ route, signedIn }: { route: Route; signedIn: boolean }) {
         </button>
       ) : null}
     </header>
+  );
+}
+
+function ViewerTag() {
+  useSubscription(onAccess);
+  if (getAccess() !== "viewer") return null;
+  return (
+    <span class="tag" title={READ_ONLY} data-testid="read-only">
+      Viewer · read only
+    </span>
   );
 }
 

@@ -75,6 +75,23 @@ def test_a_token_is_shown_once_stored_hashed_and_can_be_revoked(client: TestClie
     assert client.delete("/tokens/999", headers=admin(client)).status_code == 404
 
 
+def test_a_token_says_what_kind_it_is(client: TestClient) -> None:
+    # The dashboard asks, to grey out what a viewer token may not do.
+    assert client.get("/tokens/self", headers=admin(client)).json() == {
+        "kind": "admin",
+        "token_id": None,
+    }
+    viewer = create(client, "wall-screen", "viewer")
+    answer = client.get("/tokens/self", headers=bearer(str(viewer["token"])))
+    assert answer.json() == {"kind": "viewer", "token_id": viewer["id"]}
+    stored_admin = create(client, "ops", "admin")
+    answer = client.get("/tokens/self", headers=bearer(str(stored_admin["token"])))
+    assert answer.json() == {"kind": "admin", "token_id": stored_admin["id"]}
+    refused = client.get("/tokens/self", headers=bearer(AGENT_TOKEN))
+    assert refused.status_code == 403 and "kind agent" in refused.json()["detail"]
+    assert client.get("/tokens/self").status_code == 401
+
+
 def test_token_requests_are_validated(client: TestClient) -> None:
     for body, field in (
         ({"name": "x", "kind": "task"}, "kind"),
@@ -161,7 +178,7 @@ def test_every_route_admits_only_whom_it_should(
     problems = []
     for method, path in routes:
         url = concrete(path)
-        reads = method == "GET" and not path.startswith("/tokens")
+        reads = method == "GET" and (not path.startswith("/tokens") or path == "/tokens/self")
 
         expected: list[tuple[str, dict[str, str] | None, set[int] | None]] = [
             ("no token", None, {401}),

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 from tests.support.strict import missing_dependency
@@ -204,6 +204,39 @@ def test_login_theme_and_a_bad_spec(cluster: Cluster, page: Page) -> None:
     page.get_by_test_id("nav-cluster").click()
     page.get_by_test_id("login-page").wait_for()
     assert "refused the token" in page.get_by_test_id("login-reason").inner_text()
+
+
+def test_a_viewer_token_sees_everything_and_changes_nothing(cluster: Cluster, page: Page) -> None:
+    created = cluster.http.post("/tokens", json={"name": "wall-screen", "kind": "viewer"})
+    assert created.status_code == 201, created.text
+    viewer = created.json()["token"]
+    unplaceable: dict[str, Any] = yaml.safe_load(job_spec_yaml())
+    unplaceable["name"] = "seen-by-a-viewer"
+    unplaceable["replicas"]["worker"]["gpus"] = 8  # stays pending: nothing to run
+    waiting = cluster.submit(unplaceable)
+    controls = ("checkpoint-now", "evaluator-toggle", "restart-job", "cancel-job")
+    try:
+        # The viewer sees the job, and every control is off, saying why.
+        page.goto(f"{cluster.url}/ui/?token={viewer}#/jobs/{waiting['id']}")
+        page.locator('[data-testid="job-status"][data-status="pending"]').wait_for()
+        page.get_by_test_id("read-only").wait_for()
+        for control in controls:
+            expect(page.get_by_test_id(control)).to_be_disabled()
+            title = page.get_by_test_id(control).get_attribute("title")
+            assert title is not None and "viewer token" in title, (control, title)
+        page.goto(f"{cluster.url}/ui/#/jobs")
+        page.get_by_test_id("toggle-submit").click()
+        expect(page.get_by_test_id("submit-job")).to_be_disabled()
+
+        # The same page under the admin token: no tag, and cancel is on.
+        page.evaluate("token => sessionStorage.setItem('strata.token', token)", cluster.admin_token)
+        page.goto(f"{cluster.url}/ui/#/jobs/{waiting['id']}")
+        page.reload()
+        page.locator('[data-testid="job-status"][data-status="pending"]').wait_for()
+        expect(page.get_by_test_id("cancel-job")).to_be_enabled()
+        assert page.get_by_test_id("read-only").count() == 0
+    finally:
+        cluster.http.post(f"/jobs/{waiting['id']}/cancel")
 
 
 @pytest.mark.timeout(480)

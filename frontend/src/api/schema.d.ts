@@ -314,6 +314,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/tokens/self": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Token Self
+         * @description Which kind of token made this request: what a client (the dashboard) may offer.
+         */
+        get: operations["token_self_tokens_self_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/tokens/{token_id}": {
         parameters: {
             query?: never;
@@ -912,6 +932,23 @@ export interface components {
             prefix: string;
             /** Revoked At */
             revoked_at: string | null;
+        };
+        /**
+         * TokenSelf
+         * @description The token that made the request, as the server sees it (never its secret).
+         */
+        TokenSelf: {
+            /**
+             * Kind
+             * @description admin: may change things; viewer: may only read (the dashboard greys out its controls).
+             * @enum {string}
+             */
+            kind: "admin" | "viewer";
+            /**
+             * Token Id
+             * @description The stored token's id (`GET /tokens`); null for a token from the server's settings.
+             */
+            token_id: number | null;
         };
     };
     responses: never;
@@ -1911,6 +1948,53 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TokenCreated"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    token_self_tokens_self_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenSelf"];
                 };
             };
             /** @description No bearer token, or one the server does not know. */

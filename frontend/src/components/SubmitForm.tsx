@@ -1,10 +1,12 @@
 // Submit a job spec written as YAML or JSON. The server's 422 names each bad field; the
 // message is listed under the editor and the line that holds the field is marked.
 import { useMemo, useRef, useState } from "preact/hooks";
+import { getAccess, onAccess, READ_ONLY } from "../api/access";
 import { ApiError, api } from "../api/client";
 import type { FieldIssue, Job } from "../api/types";
 import { EXAMPLES } from "../data/examples";
 import { contentType, detectFormat, locateField, type SpecFormat } from "../data/specText";
+import { useSubscription } from "../ui/hooks";
 
 const DRAFT_KEY = "strata.spec-draft";
 
@@ -24,6 +26,8 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
   const [failure, setFailure] = useState<string | null>(null);
   const [issuesFor, setIssuesFor] = useState<string | null>(null);
   const area = useRef<HTMLTextAreaElement>(null);
+  useSubscription(onAccess);
+  const readOnly = getAccess() === "viewer";
   const gutter = useRef<HTMLDivElement>(null);
   const sent: SpecFormat = format === "auto" ? detectFormat(text) : format;
 
@@ -160,7 +164,13 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
             </select>
           </label>
           <div class="grow" />
-          <button type="submit" class="primary" disabled={busy || !text.trim()} data-testid="submit-job">
+          <button
+            type="submit"
+            class="primary"
+            disabled={readOnly || busy || !text.trim()}
+            title={readOnly ? READ_ONLY : undefined}
+            data-testid="submit-job"
+          >
             {busy ? <span class="spinner" /> : null}
             Submit job
           </button>

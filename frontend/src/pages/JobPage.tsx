@@ -1,5 +1,6 @@
 // One job: header and controls, topology, live charts, events, checkpoints and logs.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import { getAccess, onAccess, READ_ONLY } from "../api/access";
 import { ApiError, api } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
 import { isFinished, type Job, type Task } from "../api/types";
@@ -96,6 +97,8 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
   }, [live.fatal]);
 
   const now = useNow(1000);
+  useSubscription(onAccess);
+  const readOnly = getAccess() === "viewer";
   const [selected, setSelected] = useState<string | null>(routeTask);
   const [outcomes, setOutcomes] = useState<Outcome[]>([]);
   const [busy, setBusy] = useState<Set<string>>(new Set());
@@ -303,8 +306,10 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
           <button
             type="button"
             onClick={checkpointNow}
-            disabled={!canCheckpoint || busy.has("checkpoint")}
-            title={canCheckpoint ? "Ask the chief to write a checkpoint now" : "Only while a parameter_server or mirrored job runs"}
+            disabled={readOnly || !canCheckpoint || busy.has("checkpoint")}
+            title={
+              readOnly ? READ_ONLY : canCheckpoint ? "Ask the chief to write a checkpoint now" : "Only while a parameter_server or mirrored job runs"
+            }
             data-testid="checkpoint-now"
           >
             {busy.has("checkpoint") ? <span class="spinner" /> : null}
@@ -313,19 +318,35 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
           <button
             type="button"
             onClick={toggleEvaluator}
-            disabled={finished || !writesCheckpoints || busy.has("evaluator")}
-            title={writesCheckpoints ? "The sidecar evaluator evaluates each new checkpoint" : "The job writes no checkpoints"}
+            disabled={readOnly || finished || !writesCheckpoints || busy.has("evaluator")}
+            title={
+              readOnly ? READ_ONLY : writesCheckpoints ? "The sidecar evaluator evaluates each new checkpoint" : "The job writes no checkpoints"
+            }
             data-testid="evaluator-toggle"
             data-running={evaluatorLive ? "true" : "false"}
           >
             {busy.has("evaluator") ? <span class="spinner" /> : null}
             {evaluatorLive ? "Stop evaluator" : "Start evaluator"}
           </button>
-          <button type="button" class="danger" onClick={restartJob} disabled={!canRestart || busy.has("restart")} data-testid="restart-job">
+          <button
+            type="button"
+            class="danger"
+            onClick={restartJob}
+            disabled={readOnly || !canRestart || busy.has("restart")}
+            title={readOnly ? READ_ONLY : undefined}
+            data-testid="restart-job"
+          >
             {busy.has("restart") ? <span class="spinner" /> : null}
             Restart job
           </button>
-          <button type="button" class="danger" onClick={cancelJob} disabled={finished || busy.has("cancel")} data-testid="cancel-job">
+          <button
+            type="button"
+            class="danger"
+            onClick={cancelJob}
+            disabled={readOnly || finished || busy.has("cancel")}
+            title={readOnly ? READ_ONLY : undefined}
+            data-testid="cancel-job"
+          >
             {busy.has("cancel") ? <span class="spinner" /> : null}
             Cancel
           </button>
@@ -361,7 +382,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
                   setSelected(name);
                   logRef.current?.scrollIntoView({ behavior: "smooth", block: "nearest" });
                 }}
-                onRestart={running ? restartTask : null}
+                onRestart={running && !readOnly ? restartTask : null}
                 busy={busy}
               />
             ) : (

@@ -1,5 +1,5 @@
-// Paste the admin token (`strata up` prints a URL that carries it). The token is checked
-// against the server before it is kept.
+// Paste an admin token (`strata up` prints a URL that carries it), or a viewer token to look
+// without changing anything. The token is checked against the server before it is kept.
 import { useState } from "preact/hooks";
 import { setToken } from "../api/auth";
 
@@ -36,7 +36,8 @@ export function LoginPage({ reason }: { reason: string | null }) {
         <h1>Sign in to Strata</h1>
         <p>
           Paste the admin token. <code>strata up</code> prints a dashboard URL that carries it, and keeps it in{" "}
-          <code>&lt;data dir&gt;/tokens.json</code>.
+          <code>&lt;data dir&gt;/tokens.json</code>. A viewer token (<code>strata tokens create NAME</code>) shows
+          everything and changes nothing.
         </p>
         {reason ? (
           <div class="notice" style={{ marginTop: 0, marginBottom: "12px" }} data-testid="login-reason">
@@ -46,12 +47,12 @@ export function LoginPage({ reason }: { reason: string | null }) {
         <form onSubmit={submit}>
           <input
             type="password"
-            placeholder="Admin token"
+            placeholder="Admin or viewer token"
             autocomplete="off"
             value={value}
             onInput={(e) => setValue((e.target as HTMLInputElement).value)}
             data-testid="token-input"
-            aria-label="Admin token"
+            aria-label="Token"
             autoFocus
           />
           {state.error ? (
