@@ -27,6 +27,7 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/tokens"),
     ("GET", "/tokens"),
     ("DELETE", "/tokens/1"),
+    ("GET", "/tokens/self"),
 ]
 
 
