@@ -482,19 +482,24 @@ def test_the_backup_interval_comes_from_the_policy() -> None:
 # --- the sidecar evaluator -----------------------------------------------------------------------
 
 
-def test_sidecar_evaluator_reports_each_checkpoint_at_its_step(tmp_path: Path) -> None:
-    trainer = FakeSink()
-    trained = build_model()
-    fit(trained, [saver(tmp_path, trainer)], epochs=2)
-    assert [(s.name, s.step) for s in trainer.saved] == [("ckpt-1", 4), ("ckpt-2", 8)]
-    features, labels = data()
-    expected = trained.evaluate(features, labels, batch_size=BATCH, verbose=0, return_dict=True)
-
+def two_checkpoints(directory: Path) -> tuple[dict[str, float], Any]:
+    """Trains two epochs into `directory` (ckpt-1 at step 4, ckpt-2 at step 8); returns the
+    trained model's evaluation and the same data as a dataset for the evaluator."""
     import tensorflow as tf
 
+    trainer = FakeSink()
+    trained = build_model()
+    fit(trained, [saver(directory, trainer)], epochs=2)
+    assert [(s.name, s.step) for s in trainer.saved] == [("ckpt-1", 4), ("ckpt-2", 8)]
+    features, labels = data()
+    final = trained.evaluate(features, labels, batch_size=BATCH, verbose=0, return_dict=True)
+    return final, tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH)
+
+
+def test_sidecar_evaluator_reports_each_checkpoint_at_its_step(tmp_path: Path) -> None:
+    expected, eval_data = two_checkpoints(tmp_path)
     sink = FakeSink()
     evaluator_model = build_model()  # fresh weights: everything comes from the checkpoint
-    eval_data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH)
     started = time.monotonic()
     run_sidecar_evaluator(
         evaluator_model, eval_data, directory=str(tmp_path), sink=sink, max_evaluations=2
@@ -510,17 +515,10 @@ def test_sigterm_evaluates_the_newest_checkpoint_then_exits(
 ) -> None:
     # Training has ended: the chief wrote its final checkpoint and the agent stops the
     # evaluator before its loop has seen it. It is evaluated once, and nothing twice.
-    trainer = FakeSink()
-    trained = build_model()
-    fit(trained, [saver(tmp_path, trainer)], epochs=2)
-    assert [(s.name, s.step) for s in trainer.saved] == [("ckpt-1", 4), ("ckpt-2", 8)]
-    features, labels = data()
-    final = trained.evaluate(features, labels, batch_size=BATCH, verbose=0, return_dict=True)
+    final, eval_data = two_checkpoints(tmp_path)
     ckpts._update_state(str(tmp_path), "ckpt-1", ["ckpt-1"])  # ckpt-2 not yet announced
 
     import signal
-
-    import tensorflow as tf
 
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # else the evaluator keeps off
     sink = FakeSink()
@@ -535,7 +533,6 @@ def test_sigterm_evaluates_the_newest_checkpoint_then_exits(
 
     stopper = threading.Thread(target=stop_after_the_first_evaluation, daemon=True)
     stopper.start()
-    eval_data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH)
     with pytest.raises(SystemExit) as exited:
         run_sidecar_evaluator(build_model(), eval_data, directory=str(tmp_path), sink=sink)
     stopper.join(5)
