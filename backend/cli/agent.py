@@ -11,9 +11,10 @@ from typing import Annotated
 import typer
 
 from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
-from backend.config import read_secret_file
+from backend.config import LOG_LEVELS, read_secret_file
 
-AGENT_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# The server's levels but uvicorn's "trace", which Python's logging does not know by itself.
+AGENT_LOG_LEVELS = tuple(level for level in LOG_LEVELS if level != "trace")
 
 
 def agent(

@@ -14,8 +14,6 @@ from typing import Any
 
 from uvicorn.config import LOGGING_CONFIG
 
-SERVER_LOGGERS = ("backend",)  # every module's logger is a child: backend.scheduling.controller...
-
 
 def server_log_config(level: str) -> dict[str, Any]:
     """Uvicorn's logging config (for `uvicorn.Config(log_config=...)`) with the server's
@@ -31,10 +29,10 @@ def server_log_config(level: str) -> dict[str, Any]:
         "class": "logging.StreamHandler",
         "stream": "ext://sys.stderr",
     }
-    for name in SERVER_LOGGERS:
-        config["loggers"][name] = {
-            "handlers": ["server"],
-            "level": level.upper(),
-            "propagate": False,
-        }
+    # Every module's logger is a child of "backend" (backend.scheduling.controller, ...).
+    config["loggers"]["backend"] = {
+        "handlers": ["server"],
+        "level": level.upper(),
+        "propagate": False,
+    }
     return config
