@@ -15,7 +15,7 @@ from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
 from backend.jobs.states import JobStatus
-from backend.scheduling import restarts
+from backend.scheduling import restarts, task_events
 
 router = APIRouter(
     prefix="/jobs", tags=["jobs"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
@@ -103,10 +103,9 @@ async def cancel_job(
     request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
 ) -> JobRead:
     """Cancel a job that has not finished; its tasks are stopped."""
-    job = await service.get_job(session=session, job_id=job_id, for_update=True)
-    await service.cancel_job(session=session, job=job)
-    await session.commit()
-    request.app.state.controller.wake()
+    await request.app.state.controller.apply(
+        functools.partial(task_events.request_cancel, job_id=job_id)
+    )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

@@ -14,8 +14,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
 )
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
 from backend.db import Base, UTCDateTime, utcnow
 from backend.jobs.states import JobStatus, TaskStatus
@@ -41,6 +42,11 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Optimistic concurrency: every UPDATE of a job (and so every change to its tasks, see
+    # backend.jobs.versioning) names the version it read, and fails if the row changed since.
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+
+    __mapper_args__ = {"version_id_col": version}
 
     # Tasks are created chief, workers, ps, evaluator; id order is that display order.
     tasks: Mapped[list[Task]] = relationship(
@@ -119,3 +125,17 @@ class Checkpoint(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+@event.listens_for(Session, "before_flush")
+def _tasks_change_their_job(session: Session, _context: object, _instances: object) -> None:
+    """A change to a task is a change to its job: the job's row is updated too, so that its
+    version check catches a task change made from a stale view of the job."""
+    for task in (*session.new, *session.dirty):
+        if not isinstance(task, Task) or task.job_id is None:
+            continue
+        if task in session.dirty and not session.is_modified(task, include_collections=False):
+            continue
+        job = session.get(Job, task.job_id)
+        if job is not None and job not in session.new:
+            job.updated_at = utcnow()

@@ -10,7 +10,7 @@ from sqlalchemy.orm import defer, joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from backend.errors import NotFound
-from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
@@ -44,10 +44,8 @@ def _with_tasks() -> tuple[ExecutableOption, ...]:
     return (selectinload(Job.tasks).joinedload(Task.host),)
 
 
-async def get_job(*, session: AsyncSession, job_id: int, for_update: bool = False) -> Job:
+async def get_job(*, session: AsyncSession, job_id: int) -> Job:
     statement = select(Job).where(Job.id == job_id).options(*_with_tasks())
-    if for_update:
-        statement = statement.with_for_update()
     job = (await session.execute(statement)).scalar_one_or_none()
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
@@ -79,14 +77,6 @@ async def list_jobs(
         .offset(offset)
     )
     return list(page), int(total or 0)
-
-
-async def cancel_job(
-    *, session: AsyncSession, job: Job, reason: str = "cancelled by request"
-) -> Job:
-    """Cancel an active job; its live tasks are stopped by the reconcile loop."""
-    await transition_job(session=session, job=job, to=JobStatus.cancelled, reason=reason)
-    return job
 
 
 async def job_events(*, session: AsyncSession, job_id: int, after_id: int = 0) -> list[JobEvent]:

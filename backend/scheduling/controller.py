@@ -21,6 +21,7 @@ from typing import TypeVar
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
+from sqlalchemy.orm.exc import StaleDataError
 
 from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey, Welcome
 from backend.auth import TokenRegistry
@@ -59,6 +60,7 @@ RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 # SQLite's write lock for longer than a submission would wait for it (30 s, then a 500).
 PLACEMENTS_PER_PASS = 50
 PENDING_PAGE = 2 * PLACEMENTS_PER_PASS  # queued jobs loaded at a time while placing
+STALE_RETRIES = 5  # times a change is applied again after a job changed under it
 
 
 class Controller:
@@ -445,12 +447,23 @@ class Controller:
         and send the commands it decided once it has committed. Submissions come this way
         too: on SQLite, a writer outside the lock waited for the database's write lock,
         which passes coming one after another could keep from it for minutes."""
-        async with self._lock, self.sessions() as session:
-            outbox = Outbox()
-            if frees_or_takes_capacity:
-                self._capacity_changed()
-            result = await change(session, self.commands, outbox)
-            await session.commit()
+        async with self._lock:
+            for attempt in range(1, STALE_RETRIES + 1):
+                async with self.sessions() as session:
+                    outbox = Outbox()
+                    if frees_or_takes_capacity:
+                        self._capacity_changed()
+                    try:
+                        result = await change(session, self.commands, outbox)
+                        await session.commit()
+                    except StaleDataError:
+                        # A job changed under this change since it was read (by a writer
+                        # outside this lock): nothing of it was kept; apply it again.
+                        if attempt == STALE_RETRIES:
+                            raise
+                        log.info("a job changed while a change was applied; applying it again")
+                        continue
+                break
         self._send(outbox)
         self.wake()
         return result

@@ -16,6 +16,7 @@ from sqlalchemy.orm import selectinload
 from agents.protocol import TaskExit, TaskKey
 from backend import security
 from backend.db import utcnow
+from backend.errors import NotFound
 from backend.hosts.models import Host
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, JobEvent, Task
@@ -88,6 +89,23 @@ async def end_job(
             task.status = TaskStatus.stopped
         elif task.status in LIVE_TASK_STATUSES and task.host is not None:
             commands.stop(outbox, task.host.name, task_key(task), reason)
+
+
+async def request_cancel(
+    session: AsyncSession, commands: Commands, outbox: Outbox, *, job_id: int
+) -> None:
+    """Cancel a job by request: it ends at once and whatever of it runs is told to stop."""
+    job = await session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    await end_job(
+        session=session,
+        commands=commands,
+        outbox=outbox,
+        job=job,
+        status=JobStatus.cancelled,
+        reason="cancelled by request",
+    )
 
 
 async def mark_started(

@@ -143,8 +143,11 @@ def wait_no_processes(job_id: int, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> Iterator[Cluster]:
-    """`strata up` with its own tokens and data dir on a free port."""
+def local_cluster(
+    data_dir: Path, agents: int = 2, gpus_per_agent: int = 2, database_url: str | None = None
+) -> Iterator[Cluster]:
+    """`strata up` with its own tokens and data dir on a free port (SQLite unless a database
+    URL is given)."""
     port = free_port()
     admin, agent = "e2e-admin-token", "e2e-agent-token"
     env = {
@@ -170,6 +173,7 @@ def local_cluster(data_dir: Path, agents: int = 2, gpus_per_agent: int = 2) -> I
             str(gpus_per_agent),
             "--workspace",
             str(REPO),
+            *(["--db", database_url] if database_url else []),
         ],
         env=env,
         stdout=log,
