@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import httpx
 import pytest
+from pluggy import Result
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,7 +24,9 @@ AGENT_TOKEN = "agent-token-for-tests"
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Result[pytest.TestReport], None]:
     """Under STRATA_TEST_STRICT=1 a skip of any kind is a failure: CI must run everything."""
     outcome = yield
     report = outcome.get_result()

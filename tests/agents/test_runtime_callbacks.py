@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from agents import runtime
-from agents.protocol import Command
+from agents.protocol import CheckpointSaved, Command
 from agents.runtime import reporting
 from agents.runtime import sender as sender_module
 from agents.runtime.callbacks import MetricsTracker, learning_rate, strata_metrics_class
@@ -49,6 +49,12 @@ class Recorder:
         return None
 
     def on_command(self, hook: Any) -> None:
+        return None
+
+    def report_checkpoint(self, saved: CheckpointSaved) -> None:
+        return None
+
+    def report_command_failed(self, command_id: int, reason: str) -> None:
         return None
 
     def series(self, name: str) -> list[tuple[int, float]]:

@@ -80,7 +80,7 @@ class FakeSink:
             self.failed.append((command_id, reason))
 
     def send(self, command_id: int, action: str = "checkpoint") -> None:
-        command = Command(id=command_id, action=action)  # type: ignore[arg-type]
+        command = Command(id=command_id, action=action)
         for hook in list(self.hooks):
             hook(command)
 

@@ -314,8 +314,16 @@ def test_commands_reach_the_hooks(
     seen: list[Command] = []
     got = threading.Event()
     sender = make_sender(channel.url)
-    sender.on_command(lambda command: (seen.append(command), got.set()))
-    sender.on_command(lambda command: 1 / 0)  # a failing hook is logged, not fatal
+
+    def record(command: Command) -> None:
+        seen.append(command)
+        got.set()
+
+    def fail(command: Command) -> None:
+        raise ZeroDivisionError  # a failing hook is logged, not fatal
+
+    sender.on_command(record)
+    sender.on_command(fail)
     assert got.wait(5)
     assert seen == [Command(id=7, action="checkpoint")]
     sender.put("loss", 1.0, 1)

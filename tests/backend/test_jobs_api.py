@@ -132,7 +132,9 @@ async def test_pagination_and_filters(api: Api) -> None:
         ({"status": "sleeping"}, "status.0"),
     ],
 )
-async def test_bad_list_parameters_are_422(api: Api, params: dict[str, object], field: str) -> None:
+async def test_bad_list_parameters_are_422(
+    api: Api, params: dict[str, int | str], field: str
+) -> None:
     response = await api.http.get("/jobs", params=params)
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == field

@@ -127,7 +127,7 @@ def test_a_token_given_directly_wins_over_its_file(tmp_path: Path) -> None:
     from_file = Settings(api_token_file=tmp_path / "api")
     assert from_file.api_token is not None
     assert from_file.api_token.get_secret_value() == "from-file"
-    direct = Settings(api_token="direct", api_token_file=tmp_path / "api")  # type: ignore[arg-type]
+    direct = Settings(api_token="direct", api_token_file=tmp_path / "api")
     assert direct.api_token is not None and direct.api_token.get_secret_value() == "direct"
 
 

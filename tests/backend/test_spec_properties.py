@@ -137,9 +137,7 @@ path_parts = st.text(
     max_size=12,
 ).filter(lambda part: part not in (".", ".."))
 relative_paths = st.lists(path_parts, min_size=1, max_size=4).map("/".join)
-args = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
-)
+args = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=30)
 env = st.dictionaries(
     st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True).filter(
         lambda key: (

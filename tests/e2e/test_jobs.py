@@ -227,7 +227,7 @@ def test_submit_follow_streams_logs_and_exits_with_the_outcome(
 
 
 def _succeeded(frame: dict[str, Any]) -> bool:
-    return frame["type"] == "event" and frame["event"]["to_status"] == "succeeded"
+    return bool(frame["type"] == "event" and frame["event"]["to_status"] == "succeeded")
 
 
 def _points(frames: list[dict[str, Any]]) -> set[tuple[str, str, int]]:
