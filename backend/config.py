@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Frames a stream subscriber may send at once above that rate.",
     )
+    stream_subscribe_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="How long a new stream waits for its subscribe frame before closing "
+        "(1008, with the frame to send in the reason).",
+    )
     max_log_line_chars: int = Field(
         default=MAX_LOG_LINE,
         ge=256,

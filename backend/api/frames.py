@@ -111,12 +111,26 @@ class Inbound:
             return None
         return text
 
-    async def first(self, adapter: TypeAdapter[T], what: str) -> T | None:
-        """The frame that opens a session; on silence or garbage, close 1008 and return None."""
+    async def first(
+        self,
+        adapter: TypeAdapter[T],
+        what: str,
+        *,
+        within: float = FIRST_FRAME_TIMEOUT,
+        example: str | None = None,
+    ) -> T | None:
+        """The frame that opens a session; on silence or garbage, close 1008 and return None.
+
+        `example` is a valid frame, quoted in the reason when none came within `within`
+        seconds, so that a peer that waits to be spoken to learns what to send.
+        """
         try:
-            raw = await asyncio.wait_for(self.text(what), FIRST_FRAME_TIMEOUT)
+            raw = await asyncio.wait_for(self.text(what), within)
         except TimeoutError:
-            await close(self.websocket, POLICY_VIOLATION, f"expected a {what} frame")
+            reason = f"expected a {what} frame within {within:g}s"
+            await close(
+                self.websocket, POLICY_VIOLATION, f"{reason}: {example}" if example else reason
+            )
             return None
         if raw is None:
             return None

@@ -12,10 +12,11 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
+from pydantic import TypeAdapter
+from pydantic.json_schema import models_json_schema
 from sqlalchemy import select
 
 from agents.protocol import MAX_INT32
@@ -27,18 +28,18 @@ from backend.jobs.models import Job, JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
 from backend.streams.events import event_frame
+from backend.streams.frames import (
+    HISTORY_END,
+    SUBSCRIBE_EXAMPLE,
+    ServerFrame,
+    StreamFrame,
+    Subscribe,
+)
 from backend.streams.history import advance, job_history
 
 router = APIRouter()
 
 CLUSTER_HISTORY_EVENTS = 200
-
-
-class Subscribe(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["subscribe"]
-    cursor: str | None = Field(default=None, max_length=65_536)
 
 
 _subscribe_frame = TypeAdapter(Subscribe)
@@ -85,8 +86,14 @@ async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
 
 
 async def _subscribe(inbound: Inbound) -> Cursor | None:
-    """Read and check the first frame; close with a reason if it is bad."""
-    request = await inbound.first(_subscribe_frame, "subscribe")
+    """Read and check the first frame; close with a reason if it is bad or does not come."""
+    settings: Settings = inbound.websocket.app.state.settings
+    request = await inbound.first(
+        _subscribe_frame,
+        "subscribe",
+        within=settings.stream_subscribe_seconds,
+        example=SUBSCRIBE_EXAMPLE,
+    )
     if request is None:
         return None
     try:
@@ -96,9 +103,12 @@ async def _subscribe(inbound: Inbound) -> Cursor | None:
         return None
 
 
-async def _send(websocket: WebSocket, frame: dict[str, Any], cursor: Cursor) -> None:
-    # Metric values are made JSON-safe where frames are built (NaN and infinities as null).
-    await websocket.send_text(json.dumps({**frame, "cursor": cursor.encode()}, allow_nan=False))
+async def _send(websocket: WebSocket, frame: object, cursor: Cursor) -> None:
+    if isinstance(frame, ServerFrame):
+        await websocket.send_text(frame.text(cursor.encode()))
+    elif isinstance(frame, dict):
+        # Anything else published on a stream's topic (a plain JSON object) goes out as it is.
+        await websocket.send_text(json.dumps({**frame, "cursor": cursor.encode()}, allow_nan=False))
 
 
 @router.websocket("/jobs/{job_id}/stream")
@@ -169,7 +179,7 @@ async def _live(inbound: Inbound, subscription: Any, cursor: Cursor) -> None:
     websocket = inbound.websocket
     reader = asyncio.create_task(_drain_client(inbound))
     try:
-        await _send(websocket, {"type": "history_end"}, cursor)
+        await _send(websocket, HISTORY_END, cursor)
         while True:
             next_frame = asyncio.create_task(subscription.next())
             done, _ = await asyncio.wait({next_frame, reader}, return_when=asyncio.FIRST_COMPLETED)
@@ -181,9 +191,10 @@ async def _live(inbound: Inbound, subscription: Any, cursor: Cursor) -> None:
             except SubscriberTooSlow as exc:
                 await close(websocket, 1013, str(exc))
                 return
-            trimmed = advance(cursor, frame)
-            if trimmed is not None:
-                await _send(websocket, trimmed, cursor)
+            if isinstance(frame, ServerFrame):
+                frame = advance(cursor, frame)
+            if frame is not None:
+                await _send(websocket, frame, cursor)
     except WebSocketDisconnect:
         pass
     finally:
@@ -195,3 +206,27 @@ async def _drain_client(inbound: Inbound) -> None:
     """Returns when the client goes away or breaks a limit; later client frames are not used."""
     while await inbound.text() is not None:
         pass
+
+
+def document_frames(app: FastAPI) -> None:
+    """Put the stream frames (`StreamFrame`, `Subscribe` and what they refer to) in the
+    app's OpenAPI components, so that clients get their types from the one document.
+
+    FastAPI describes HTTP operations only, and a websocket route is none: rather than a
+    make-believe HTTP route, the generated document is extended once, when first built.
+    """
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # cached by FastAPI after the first call
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        if "StreamFrame" not in components:
+            _, definitions = models_json_schema(
+                [(StreamFrame, "validation"), (Subscribe, "validation")],
+                ref_template="#/components/schemas/{model}",
+            )
+            for name, definition in definitions.get("$defs", {}).items():
+                components.setdefault(name, definition)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

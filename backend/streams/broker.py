@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Hashable, Iterable
-from typing import Any
 
-Frame = dict[str, Any]
+# Streams publish ServerFrame models (backend/streams/frames.py); the broker carries anything.
+Frame = object
 QUEUE_FRAMES = 2_000
 
 

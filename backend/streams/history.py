@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,6 +12,7 @@ from agents.protocol import MetricPoint as WirePoint
 from backend.jobs.models import JobEvent, Task
 from backend.streams.cursor import Cursor, attempt_id
 from backend.streams.events import event_frame
+from backend.streams.frames import CheckpointFrame, EventFrame, LogFrame, MetricsFrame, ServerFrame
 from backend.streams.ingest import metrics_frame
 from backend.streams.logs import LogStore
 from backend.streams.models import MetricPoint
@@ -25,7 +25,7 @@ POINTS_PER_FRAME = 5_000
 
 async def job_history(
     *, session: AsyncSession, logs: LogStore, job_id: int, cursor: Cursor
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[EventFrame | CheckpointFrame | MetricsFrame | LogFrame]:
     """Frames of history after the cursor, advancing the cursor as they are produced."""
     events = list(
         await session.scalars(
@@ -84,42 +84,39 @@ async def job_history(
                     yield log_frame(task.name, attempt, page.first_line, page.lines)
 
 
-def log_frame(task: str, attempt: int, first_line: int, lines: list[str]) -> dict[str, Any]:
-    return {
-        "type": "log",
-        "task": task,
-        "attempt": attempt,
-        "first_line": first_line,
-        "lines": lines,
-    }
+def log_frame(task: str, attempt: int, first_line: int, lines: list[str]) -> LogFrame:
+    # Not validated again: the lines were checked on arrival (or read back from the file),
+    # up to thousands at a time.
+    return LogFrame.model_construct(
+        type="log", task=task, attempt=attempt, first_line=first_line, lines=lines
+    )
 
 
-def advance(cursor: Cursor, frame: dict[str, Any]) -> dict[str, Any] | None:
+def advance(cursor: Cursor, frame: ServerFrame) -> ServerFrame | None:
     """Trim a live frame to what the cursor has not seen, and move the cursor past it."""
-    kind = frame["type"]
-    if kind in ("event", "checkpoint"):
-        if frame["event"]["id"] <= cursor.event:
+    if isinstance(frame, EventFrame | CheckpointFrame):
+        if frame.event.id <= cursor.event:
             return None
-        cursor.event = frame["event"]["id"]
+        cursor.event = frame.event.id
         return frame
-    if kind == "metrics":
-        key = attempt_id(frame["task"], frame["attempt"])
+    if isinstance(frame, MetricsFrame):
+        key = attempt_id(frame.task, frame.attempt)
         seen = cursor.metrics.get(key, -1)
         # Points are committed before they are published, and history is read after the
         # subscription starts: a live frame is either wholly in history or wholly new.
-        if frame["last_seq"] <= seen:
+        if frame.last_seq <= seen:
             return None
-        cursor.metrics[key] = frame["last_seq"]
+        cursor.metrics[key] = frame.last_seq
         return frame
-    if kind == "log":
-        key = attempt_id(frame["task"], frame["attempt"])
+    if isinstance(frame, LogFrame):
+        key = attempt_id(frame.task, frame.attempt)
         seen = cursor.logs.get(key, 0)
-        end = frame["first_line"] + len(frame["lines"])
+        end = frame.first_line + len(frame.lines)
         if end <= seen:
             return None
-        skip = max(0, seen - frame["first_line"])
+        skip = max(0, seen - frame.first_line)
         cursor.logs[key] = end
         if skip:
-            return log_frame(frame["task"], frame["attempt"], seen, frame["lines"][skip:])
+            return log_frame(frame.task, frame.attempt, seen, frame.lines[skip:])
         return frame
     return frame
