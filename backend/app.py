@@ -78,12 +78,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
             broker.publish(job_topic(job_id), log_frame(task, attempt, first, lines))
 
+        # Its own object: routers read logs without going through the controller.
+        app.state.logs = LogStore(
+            settings.data_dir / "logs", settings.log_bytes_per_task, publish_log
+        )
         app.state.controller = Controller(
             settings=settings,
             sessions=app.state.sessions,
             hub=app.state.hub,
             tokens=app.state.tokens,
-            logs=LogStore(settings.data_dir / "logs", settings.log_bytes_per_task, publish_log),
+            logs=app.state.logs,
         )
         log.info("database ready (%s)", engine.dialect.name)
         background = [

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, MetaData, event
+from sqlalchemy import DateTime, MetaData, event, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -100,3 +100,10 @@ async def session_scope(factory: async_sessionmaker[AsyncSession]) -> AsyncItera
             yield session
         finally:
             await session.rollback()
+
+
+async def ping(*, session: AsyncSession) -> str:
+    """Ask the database a trivial question (it raises when the database does not answer);
+    the name of its dialect: sqlite or postgresql."""
+    await session.execute(text("SELECT 1"))
+    return session.get_bind().dialect.name

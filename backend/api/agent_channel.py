@@ -19,12 +19,19 @@ from agents.protocol import (
     cut_line,
 )
 from backend import security
-from backend.api.deps import websocket_principal
+from backend.api.deps import (
+    ControllerDep,
+    HubDep,
+    LogStoreDep,
+    SettingsDep,
+    websocket_principal,
+)
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.config import Settings
 from backend.scheduling.controller import Controller
-from backend.scheduling.hub import AgentConnection, AgentHub
+from backend.scheduling.hub import AgentConnection
+from backend.streams.logs import LogStore
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -43,13 +50,18 @@ class HelloTwice(Exception):
 
 
 @router.websocket("/agents/connect")
-async def agent_channel(websocket: WebSocket) -> None:
+async def agent_channel(
+    websocket: WebSocket,
+    settings: SettingsDep,
+    hub: HubDep,
+    controller: ControllerDep,
+    logs: LogStoreDep,
+) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.agent:
         await close(websocket, POLICY_VIOLATION, "an agent token is required")
         return
-    settings: Settings = websocket.app.state.settings
     client = websocket.client
     inbound = Inbound(
         websocket,
@@ -64,8 +76,6 @@ async def agent_channel(websocket: WebSocket) -> None:
         return
     inbound.peer = f"agent {hello.name}"
 
-    hub: AgentHub = websocket.app.state.hub
-    controller: Controller = websocket.app.state.controller
     connection = AgentConnection(hello.name, websocket)
     replaced = hub.attach(connection)
     if replaced is not None:
@@ -74,7 +84,7 @@ async def agent_channel(websocket: WebSocket) -> None:
     try:
         for reply in await controller.on_hello(hello):
             connection.send(reply)
-        await _serve(inbound, controller, connection, settings.max_log_line_chars)
+        await _serve(inbound, controller, logs, connection, settings.max_log_line_chars)
     except HelloTwice:
         await connection.close(POLICY_VIOLATION, "hello may only be sent once")
     except WebSocketDisconnect:
@@ -86,7 +96,11 @@ async def agent_channel(websocket: WebSocket) -> None:
 
 
 async def _serve(
-    inbound: Inbound, controller: Controller, connection: AgentConnection, max_line: int
+    inbound: Inbound,
+    controller: Controller,
+    logs: LogStore,
+    connection: AgentConnection,
+    max_line: int,
 ) -> None:
     """Read the agent's frames and apply them, on two tasks.
 
@@ -100,7 +114,7 @@ async def _serve(
 
     async def apply() -> None:
         while (message := await backlog.get()) is not _END:
-            await _dispatch(controller, connection, message, max_line)
+            await _dispatch(controller, logs, connection, message, max_line)
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
@@ -125,7 +139,11 @@ async def _serve(
 
 
 async def _dispatch(
-    controller: Controller, connection: AgentConnection, message: object, max_line: int
+    controller: Controller,
+    logs: LogStore,
+    connection: AgentConnection,
+    message: object,
+    max_line: int,
 ) -> None:
     host = connection.host_name
     if isinstance(message, Heartbeat):
@@ -137,7 +155,6 @@ async def _dispatch(
         await controller.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))
     elif isinstance(message, TaskLogs):
         key = message.key
-        logs = controller.logs
         if not await _owns(controller, connection, key):
             # Acknowledged without storing: the agent drops them instead of resending forever.
             security.refused(

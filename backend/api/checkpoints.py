@@ -6,9 +6,9 @@ import asyncio
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
-from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, RuntimeLinksDep, SessionDep
 from backend.api.jobs import JobId
 from backend.checkpoints import service
 from backend.checkpoints.schemas import CheckpointNow, CheckpointRead, checkpoint_read
@@ -16,16 +16,12 @@ from backend.db import utcnow
 from backend.errors import (
     ROUTER_ERRORS,
     Conflict,
-    NotFound,
     TaskFailed,
     TaskTimeout,
     closed_query,
     error_responses,
 )
 from backend.jobs import service as jobs
-from backend.jobs.models import Checkpoint, Job, Task
-from backend.jobs.states import JobStatus
-from backend.scheduling.runtime_links import RuntimeLinks
 
 router = APIRouter(
     prefix="/jobs/{job_id}",
@@ -56,29 +52,15 @@ async def list_checkpoints(
     return [checkpoint_read(row) for row in rows]
 
 
-def checkpoint_writer(job: Job) -> Task:
-    """The task that writes the job's checkpoints on request, or a 409 saying why none can."""
-    if job.strategy == "multi_worker_mirrored":
-        raise Conflict(
-            f"job {job.id} is multi_worker_mirrored: its workers save together, at epoch ends "
-            "(checkpoint.every_epochs); checkpoint now needs parameter_server or mirrored"
-        )
-    training = [t for t in job.tasks if t.role != "evaluator"]
-    writer = next((t for t in training if t.role == "chief"), training[0] if training else None)
-    if writer is None:
-        raise Conflict(f"job {job.id} has no task that writes checkpoints")
-    return writer
-
-
 @router.post(
     "/checkpoint",
     response_model=CheckpointNow,
     responses=error_responses(404, 409, 502, 504),
 )
 async def checkpoint_now(
-    request: Request,
     job_id: JobId,
     session: SessionDep,
+    links: RuntimeLinksDep,
     _: AdminPrincipal,
     wait_seconds: Annotated[
         float, Query(gt=0, le=300, description="How long to wait for the checkpoint.")
@@ -86,14 +68,8 @@ async def checkpoint_now(
 ) -> CheckpointNow:
     """Ask the job's chief to write a checkpoint at its next step boundary, and answer when
     it has been written (the job's stream also gets a `checkpoint` frame)."""
-    job = await jobs.get_job(session=session, job_id=job_id)
-    if job.status is not JobStatus.running:
-        raise Conflict(
-            f"job {job_id} is {job.status.value}; a checkpoint can be taken only while it runs"
-        )
-    writer = checkpoint_writer(job)
+    writer = service.checkpoint_writer(await jobs.get_job(session=session, job_id=job_id))
     task = writer.name
-    links: RuntimeLinks = request.app.state.runtimes
     link = links.find(job_id, task, writer.attempt)
     if link is None:
         raise Conflict(
@@ -116,9 +92,7 @@ async def checkpoint_now(
         links.forget(command_id)
     if outcome.failure is not None or outcome.checkpoint_id is None:
         raise TaskFailed(f"{task} could not write the checkpoint: {outcome.failure}")
-    row = await session.get(Checkpoint, outcome.checkpoint_id)
-    if row is None:
-        raise NotFound(f"checkpoint {outcome.checkpoint_id} is gone")
+    row = await service.get_checkpoint(session=session, checkpoint_id=outcome.checkpoint_id)
     return CheckpointNow(
         command_id=command_id,
         task=task,

@@ -1,32 +1,95 @@
-"""Dependencies every router shares: settings, a database session, and the caller."""
+"""Dependencies every router shares: settings, a database session, the caller, and the
+services the lifespan puts on app.state, each behind a typed getter."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request, WebSocket, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from starlette.requests import HTTPConnection
 
 from backend.auth import Principal, TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import session_scope
+from backend.scheduling.controller import Controller
+from backend.scheduling.hub import AgentHub
+from backend.scheduling.runtime_links import RuntimeLinks
+from backend.streams.broker import Broker
+from backend.streams.ingest import Ingestor
+from backend.streams.logs import LogStore
 from backend.tokens import service as tokens_service
 
-
-def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+T = TypeVar("T")
 
 
-async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
-    async for session in session_scope(request.app.state.sessions):
+def app_state(connection: HTTPConnection, name: str, kind: type[T]) -> T:
+    """`app.state.<name>`, checked to be a `kind`: a route that runs before the lifespan has
+    built it (or after something replaced it) fails here, naming what is missing."""
+    value = getattr(connection.app.state, name, None)
+    if not isinstance(value, kind):
+        found = "nothing" if value is None else type(value).__name__
+        raise RuntimeError(
+            f"app.state.{name} should be a {kind.__name__}, found {found}: "
+            "the application's lifespan has not run"
+        )
+    return value
+
+
+# Each getter takes an HTTPConnection, so the same dependency serves HTTP and websocket routes.
+def get_settings(connection: HTTPConnection) -> Settings:
+    return app_state(connection, "settings", Settings)
+
+
+def get_sessions(connection: HTTPConnection) -> async_sessionmaker[AsyncSession]:
+    sessions: async_sessionmaker[AsyncSession] = app_state(
+        connection, "sessions", async_sessionmaker
+    )
+    return sessions
+
+
+async def get_session(connection: HTTPConnection) -> AsyncIterator[AsyncSession]:
+    async for session in session_scope(get_sessions(connection)):
         yield session
+
+
+def get_controller(connection: HTTPConnection) -> Controller:
+    return app_state(connection, "controller", Controller)
+
+
+def get_logs(connection: HTTPConnection) -> LogStore:
+    return app_state(connection, "logs", LogStore)
+
+
+def get_ingestor(connection: HTTPConnection) -> Ingestor:
+    return app_state(connection, "ingestor", Ingestor)
+
+
+def get_broker(connection: HTTPConnection) -> Broker:
+    return app_state(connection, "broker", Broker)
+
+
+def get_runtime_links(connection: HTTPConnection) -> RuntimeLinks:
+    return app_state(connection, "runtimes", RuntimeLinks)
+
+
+def get_hub(connection: HTTPConnection) -> AgentHub:
+    return app_state(connection, "hub", AgentHub)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
+# For websocket routes: they open a short session per step instead of holding one as long as
+# the socket is open.
+SessionsDep = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
+ControllerDep = Annotated[Controller, Depends(get_controller)]
+LogStoreDep = Annotated[LogStore, Depends(get_logs)]
+IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
+BrokerDep = Annotated[Broker, Depends(get_broker)]
+RuntimeLinksDep = Annotated[RuntimeLinks, Depends(get_runtime_links)]
+HubDep = Annotated[AgentHub, Depends(get_hub)]
 
 _bearer = HTTPBearer(auto_error=False, description="An admin token (printed by `strata up`).")
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import functools
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
-from backend.api.deps import AdminPrincipal, SessionDep
+from backend.api.deps import AdminPrincipal, ControllerDep, SessionDep
 from backend.api.jobs import JobId
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
-from backend.scheduling.controller import Controller
 from backend.scheduling.evaluator import request_evaluator
 
 router = APIRouter(
@@ -32,15 +31,14 @@ class EvaluatorRequest(BaseModel):
 
 @router.post("/evaluator", response_model=JobRead, responses=error_responses(404, 409))
 async def evaluator(
-    request: Request,
     job_id: JobId,
     body: EvaluatorRequest,
     session: SessionDep,
+    controller: ControllerDep,
     _: AdminPrincipal,
 ) -> JobRead:
     """Start the job's sidecar evaluator on a host with room, or stop it. It evaluates each
     new checkpoint and reports `eval/<metric>` at the checkpoint's step."""
-    controller: Controller = request.app.state.controller
     await controller.apply(
         functools.partial(
             request_evaluator,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from pydantic import BaseModel
-from sqlalchemy import text
 
 from backend.api.deps import SessionDep
+from backend.db import ping
 
 router = APIRouter(tags=["health"])
 
@@ -19,5 +19,4 @@ class Health(BaseModel):
 @router.get("/healthz", response_model=Health)
 async def healthz(session: SessionDep) -> Health:
     """Whether the server is up and its database answers."""
-    await session.execute(text("SELECT 1"))
-    return Health(status="ok", database=session.get_bind().dialect.name)
+    return Health(status="ok", database=await ping(session=session))

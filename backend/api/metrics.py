@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, StringConstraints
-from sqlalchemy import select
+from pydantic import StringConstraints
 
 from agents.protocol import METRIC_NAME_PATTERN
 from backend.api.deps import ReaderPrincipal, SessionDep
 from backend.api.jobs import JobId
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
-from backend.streams.downsample import min_max_indices
-from backend.streams.models import MetricPoint
+from backend.streams.schemas import MetricsRead
+from backend.streams.series import metric_series
 
 router = APIRouter(
     prefix="/jobs/{job_id}",
@@ -24,20 +21,6 @@ router = APIRouter(
     responses=ROUTER_ERRORS,
     dependencies=[Depends(closed_query)],
 )
-
-
-class Series(BaseModel):
-    task: str
-    name: str
-    total_points: int  # before downsampling
-    steps: list[int]
-    values: list[float | None]  # null where the value was NaN or infinite
-    wall_times: list[float]
-
-
-class MetricsRead(BaseModel):
-    job_id: int
-    series: list[Series]
 
 
 @router.get("/metrics", response_model=MetricsRead, responses=error_responses(404))
@@ -57,47 +40,12 @@ async def read_metrics(
 ) -> MetricsRead:
     """Metric series per task and name (attempts merged by step), downsampled when asked."""
     await service.get_job(session=session, job_id=job_id)
-    statement = (
-        select(
-            MetricPoint.task,
-            MetricPoint.name,
-            MetricPoint.step,
-            MetricPoint.value,
-            MetricPoint.wall_time,
-        )
-        .where(MetricPoint.job_id == job_id, MetricPoint.step >= since_step)
-        .order_by(
-            MetricPoint.task,
-            MetricPoint.name,
-            MetricPoint.step,
-            MetricPoint.attempt,
-            MetricPoint.seq,
-        )
+    series = await metric_series(
+        session=session,
+        job_id=job_id,
+        names=names,
+        task=task,
+        since_step=since_step,
+        max_points=max_points,
     )
-    if names:
-        statement = statement.where(MetricPoint.name.in_(names))
-    if task:
-        statement = statement.where(MetricPoint.task == task)
-    grouped: dict[tuple[str, str], list[tuple[int, float | None, float]]] = defaultdict(list)
-    for row_task, name, step, value, wall_time in await session.execute(statement):
-        finite = value if value is not None and math.isfinite(value) else None
-        grouped[(row_task, name)].append((step, finite, wall_time))
-    series = []
-    for (row_task, name), points in grouped.items():
-        keep = (
-            min_max_indices([p[1] for p in points], max_points)
-            if max_points
-            else range(len(points))
-        )
-        chosen = [points[i] for i in keep]
-        series.append(
-            Series(
-                task=row_task,
-                name=name,
-                total_points=len(points),
-                steps=[p[0] for p in chosen],
-                values=[p[1] for p in chosen],
-                wall_times=[p[2] for p in chosen],
-            )
-        )
     return MetricsRead(job_id=job_id, series=series)

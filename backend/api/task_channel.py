@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agents.protocol import (
     Ack,
@@ -20,16 +20,21 @@ from agents.protocol import (
     runtime_message,
 )
 from backend import security
-from backend.api.deps import websocket_principal
+from backend.api.deps import (
+    IngestorDep,
+    RuntimeLinksDep,
+    SessionsDep,
+    SettingsDep,
+    websocket_principal,
+)
 from backend.api.frames import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
-from backend.checkpoints.service import record_checkpoint
+from backend.checkpoints.service import record_reported_checkpoint
 from backend.config import Settings
-from backend.jobs.models import Job, Task
+from backend.jobs import service as jobs
 from backend.jobs.spec import JobSpec
 from backend.scheduling.launch import checkpoint_dir
-from backend.scheduling.runtime_links import CommandOutcome, RuntimeLink, RuntimeLinks
-from backend.streams.ingest import Ingestor
+from backend.scheduling.runtime_links import CommandOutcome, RuntimeLink
 
 router = APIRouter()
 log = logging.getLogger(__name__)
@@ -44,14 +49,19 @@ def frame_limits(settings: Settings) -> FrameLimits:
 
 
 @router.websocket("/tasks/connect")
-async def task_channel(websocket: WebSocket) -> None:
+async def task_channel(
+    websocket: WebSocket,
+    settings: SettingsDep,
+    sessions: SessionsDep,
+    ingestor: IngestorDep,
+    links: RuntimeLinksDep,
+) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.task or principal.job_id is None:
         await close(websocket, POLICY_VIOLATION, "a task token (STRATA_TASK_TOKEN) is required")
         return
     job_id = principal.job_id
-    settings: Settings = websocket.app.state.settings
     inbound = Inbound(websocket, frame_limits(settings), f"a runtime of job {job_id}")
     hello = await inbound.first(runtime_message, "task_hello")
     if hello is None:
@@ -62,24 +72,17 @@ async def task_channel(websocket: WebSocket) -> None:
         )
         return
     inbound.peer = f"the runtime of job {job_id} {hello.task} attempt {hello.attempt}"
-    role, index = hello.task.split(":")
-    app = websocket.app
-    async with app.state.sessions() as session:
-        task = await session.scalar(
-            select(Task).where(Task.job_id == job_id, Task.role == role, Task.index == int(index))
-        )
-        job = await session.get(Job, job_id)
-    if task is None or job is None or hello.attempt > task.attempt:
+    async with sessions() as session:
+        task = await jobs.find_task(session=session, job_id=job_id, task=hello.task)
+    if task is None or hello.attempt > task.attempt:
         security.refused(inbound.peer, "a task_hello for a task attempt its job does not have")
         await close(
             websocket, POLICY_VIOLATION, f"job {job_id} has no {hello.task} attempt {hello.attempt}"
         )
         return
-    spec = JobSpec.model_validate(job.spec, strict=False)
-    directory = checkpoint_dir(spec, job_id, app.state.settings.checkpoints)
+    spec = JobSpec.model_validate(task.job.spec, strict=False)
+    directory = checkpoint_dir(spec, job_id, settings.checkpoints)
 
-    ingestor: Ingestor = app.state.ingestor
-    links: RuntimeLinks = app.state.runtimes
     link = RuntimeLink(job_id, hello.task, hello.attempt, websocket.send_text)
     key = (job_id, hello.task, hello.attempt)
     await link.send(TaskWelcome(next_seq=await ingestor.stored_through(key) + 1).model_dump_json())
@@ -97,7 +100,7 @@ async def task_channel(websocket: WebSocket) -> None:
                 stored = await ingestor.submit(key, message.points)
                 await link.send(Ack(seq=stored).model_dump_json())
             elif isinstance(message, CheckpointSaved):
-                checkpoint_id = await _store_checkpoint(websocket, job_id, directory, link, message)
+                checkpoint_id = await _store_checkpoint(sessions, job_id, directory, link, message)
                 await link.send(CheckpointAck(name=message.name).model_dump_json())
                 links.resolve(message.command_id, CommandOutcome(checkpoint_id=checkpoint_id))
             elif isinstance(message, CommandFailed):
@@ -112,12 +115,15 @@ async def task_channel(websocket: WebSocket) -> None:
 
 
 async def _store_checkpoint(
-    websocket: WebSocket, job_id: int, directory: Path, link: RuntimeLink, saved: CheckpointSaved
+    sessions: async_sessionmaker[AsyncSession],
+    job_id: int,
+    directory: Path,
+    link: RuntimeLink,
+    saved: CheckpointSaved,
 ) -> int:
-    async with websocket.app.state.sessions() as session:
-        job = await session.get_one(Job, job_id)
-        row = await record_checkpoint(
-            session=session, job=job, directory=directory, task=link.task, saved=saved
+    async with sessions() as session:
+        row = await record_reported_checkpoint(
+            session=session, job_id=job_id, directory=directory, task=link.task, saved=saved
         )
         await session.commit()
         return row.id

@@ -5,16 +5,21 @@ from __future__ import annotations
 import functools
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
 
-from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep
+from backend.api.deps import (
+    AdminPrincipal,
+    ControllerDep,
+    LogStoreDep,
+    ReaderPrincipal,
+    SessionDep,
+)
 from backend.api.jobs import JobId
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
 from backend.scheduling import restarts
-from backend.streams.logs import LogStore
 
 router = APIRouter(
     prefix="/jobs/{job_id}/tasks",
@@ -31,10 +36,14 @@ TaskName = Annotated[
 
 @router.post("/{task}/restart", response_model=JobRead, responses=error_responses(404, 409))
 async def restart_task(
-    request: Request, job_id: JobId, task: TaskName, session: SessionDep, _: AdminPrincipal
+    job_id: JobId,
+    task: TaskName,
+    session: SessionDep,
+    controller: ControllerDep,
+    _: AdminPrincipal,
 ) -> JobRead:
     """Restart one task on its host and port (with the tasks its role restarts along with it)."""
-    await request.app.state.controller.apply(
+    await controller.apply(
         functools.partial(restarts.request_task_restart, job_id=job_id, task_name=task)
     )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
@@ -50,10 +59,10 @@ class LogPage(BaseModel):
 
 @router.get("/{task}/logs", response_model=LogPage, responses=error_responses(404))
 async def read_task_logs(
-    request: Request,
     job_id: JobId,
     task: TaskName,
     session: SessionDep,
+    logs: LogStoreDep,
     _: ReaderPrincipal,
     attempt: Annotated[int | None, Query(ge=0, le=10_000, description="Latest when unset.")] = None,
     offset: Annotated[int, Query(ge=0, le=2**40, description="First line to return.")] = 0,
@@ -70,7 +79,6 @@ async def read_task_logs(
         raise NotFound(
             f"{task} of job {job_id} has no attempt {chosen} (latest is {found.attempt})"
         )
-    logs: LogStore = request.app.state.controller.logs
     page = logs.read(job_id, task, chosen, offset=offset, limit=limit, tail=tail)
     return LogPage(
         task=task,

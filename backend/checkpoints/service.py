@@ -1,4 +1,5 @@
-"""Recording the checkpoints runtimes report, and listing them.
+"""Recording the checkpoints runtimes report, listing them, and which task writes one on
+request.
 
 Service functions: keyword-only, they flush and never commit. A report is applied once per
 checkpoint: the runtime resends until acknowledged, and a resent report changes nothing.
@@ -16,8 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agents.protocol import CheckpointSaved
 from backend.checkpoints.schemas import checkpoint_read
 from backend.db import utcnow
+from backend.errors import Conflict, NotFound
 from backend.jobs.lifecycle import record_event
-from backend.jobs.models import Checkpoint, Job
+from backend.jobs.models import Checkpoint, Job, Task
+from backend.jobs.states import JobStatus
 from backend.sizes import human_size
 
 CHECKPOINT_EVENT = "checkpoint"
@@ -79,6 +82,46 @@ async def record_checkpoint(
         },
     )
     return row
+
+
+async def record_reported_checkpoint(
+    *, session: AsyncSession, job_id: int, directory: Path, task: str, saved: CheckpointSaved
+) -> Checkpoint:
+    """`record_checkpoint` for a report that names its job by id (the runtime channel)."""
+    job = await session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return await record_checkpoint(
+        session=session, job=job, directory=directory, task=task, saved=saved
+    )
+
+
+async def get_checkpoint(*, session: AsyncSession, checkpoint_id: int) -> Checkpoint:
+    checkpoint = await session.get(Checkpoint, checkpoint_id)
+    if checkpoint is None:
+        raise NotFound(f"checkpoint {checkpoint_id} does not exist")
+    return checkpoint
+
+
+def checkpoint_writer(job: Job) -> Task:
+    """The task asked to write a checkpoint now: the chief, else the first training task (a
+    mirrored job's one worker). A Conflict (409) says why there is none: the job is not
+    running, or its strategy saves only at epoch ends."""
+    if job.status is not JobStatus.running:
+        raise Conflict(
+            f"job {job.id} is {job.status.value}; a checkpoint can be taken only while it runs"
+        )
+    if job.strategy == "multi_worker_mirrored":
+        # Every worker takes part in a save (a collective): one cannot save alone.
+        raise Conflict(
+            f"job {job.id} is multi_worker_mirrored: its workers save together, at epoch ends "
+            "(checkpoint.every_epochs); checkpoint now needs parameter_server or mirrored"
+        )
+    training = [t for t in job.tasks if t.role != "evaluator"]
+    writer = next((t for t in training if t.role == "chief"), training[0] if training else None)
+    if writer is None:
+        raise Conflict(f"job {job.id} has no task that writes checkpoints")
+    return writer
 
 
 async def list_checkpoints(

@@ -88,6 +88,18 @@ async def job_events(*, session: AsyncSession, job_id: int, after_id: int = 0) -
     return list(result)
 
 
+async def find_task(*, session: AsyncSession, job_id: int, task: str) -> Task | None:
+    """A job's task by its name (`worker:1`), with its job loaded; None when there is none."""
+    role, _, index = task.partition(":")
+    if not index.isdecimal():  # what int() reads; names arrive validated anyway
+        return None
+    return await session.scalar(
+        select(Task)
+        .where(Task.job_id == job_id, Task.role == role, Task.index == int(index))
+        .options(joinedload(Task.job))
+    )
+
+
 def job_read(job: Job) -> JobRead:
     return JobRead(
         id=job.id,
