@@ -44,7 +44,6 @@ async def evaluator(
             request_evaluator,
             job_id=job_id,
             action=body.action,
-            capacities=controller.capacities,
         )
     )
     return service.job_read(await service.get_job(session=session, job_id=job_id))

@@ -6,7 +6,6 @@ import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import MAX_INT32
 from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, SettingsDep
@@ -16,6 +15,7 @@ from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
+from backend.scheduling.transaction import Transaction
 
 router = APIRouter(
     prefix="/jobs", tags=["jobs"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
@@ -63,8 +63,8 @@ async def submit_job(
     body = await read_body(request, settings.max_request_bytes)
     spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
 
-    async def create(transaction: AsyncSession, *_: object) -> int:
-        return (await service.create_job(session=transaction, spec=spec)).id
+    async def create(tx: Transaction) -> int:
+        return (await service.create_job(session=tx.session, spec=spec)).id
 
     # Under the controller's lock, like every change to jobs (see Controller.apply).
     job_id = await request.app.state.controller.apply(create, frees_or_takes_capacity=False)

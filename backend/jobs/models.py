@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
+from agents.protocol import TaskKey
 from backend.db import Base, UTCDateTime, utcnow
 from backend.jobs.states import JobStatus, TaskStatus
 
@@ -91,6 +92,11 @@ class Task(Base):
     @property
     def name(self) -> str:
         return f"{self.role}:{self.index}"
+
+    @property
+    def key(self) -> TaskKey:
+        """Its current attempt, as agents name it."""
+        return TaskKey(job_id=self.job_id, task=self.name, attempt=self.attempt)
 
 
 class JobEvent(Base):

@@ -3,16 +3,14 @@
 The evaluator is outside the training cluster (its TF_CONFIG names only itself), so it can
 come and go while the job trains: starting it places one task on any host with room; stopping
 it ends that task and nothing else. A spec with `evaluator.count: 1` starts it with the job.
-Service functions: keyword-only, they flush and never commit.
+Service functions: they take the change's Transaction, flush and never commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
@@ -21,44 +19,30 @@ from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.jobs.tfconfig import tf_config
-from backend.scheduling.commands import Commands, Outbox, task_key
-from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.placement import TaskNeed, Unplaceable, place
+from backend.scheduling.transaction import Transaction
 
 EVALUATOR = ("evaluator", 0)
 # The evaluator can be placed on its own while the job holds its hosts.
 PLACED_JOB_STATUSES = (JobStatus.scheduled, JobStatus.running, JobStatus.restarting)
 
-Capacities = Callable[[AsyncSession], Awaitable[list[HostCapacity]]]
-
 
 async def request_evaluator(
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
-    *,
-    job_id: int,
-    action: Literal["start", "stop"],
-    capacities: Capacities,
+    tx: Transaction, *, job_id: int, action: Literal["start", "stop"]
 ) -> None:
-    job = await session.get(Job, job_id)
+    job = await tx.session.get(Job, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
-    tasks = list(await session.scalars(select(Task).where(Task.job_id == job_id)))
+    tasks = list(await tx.session.scalars(select(Task).where(Task.job_id == job_id)))
     evaluator = next((t for t in tasks if (t.role, t.index) == EVALUATOR), None)
     if action == "start":
-        await _start(session, commands, outbox, job, evaluator, capacities)
+        await _start(tx, job, evaluator)
     else:
-        await _stop(session, commands, outbox, job, evaluator)
+        await _stop(tx, job, evaluator)
 
 
-async def _start(
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
-    job: Job,
-    evaluator: Task | None,
-    capacities: Capacities,
-) -> None:
+async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
+    session = tx.session
     if job.status.is_terminal:
         raise Conflict(f"job {job.id} is {job.status.value}; it has nothing left to evaluate")
     spec = JobSpec.model_validate(job.spec, strict=False)
@@ -93,7 +77,9 @@ async def _start(
             message="sidecar evaluator requested; it starts when the job is placed",
         )
         return
-    slots = place([TaskNeed(*EVALUATOR, spec.replicas.evaluator.gpus)], await capacities(session))
+    slots = place(
+        [TaskNeed(*EVALUATOR, spec.replicas.evaluator.gpus)], await tx.backend.capacities(session)
+    )
     if isinstance(slots, Unplaceable):
         raise Conflict(f"no host has room for the evaluator of job {job.id}: {slots.reason}")
     slot = slots[EVALUATOR]
@@ -105,7 +91,7 @@ async def _start(
     evaluator.tf_config = tf_config({EVALUATOR: f"{slot.address}:{slot.port}"}, *EVALUATOR)
     evaluator.status = TaskStatus.scheduled
     await session.flush()
-    commands.start(outbox, slot.host_name, job, evaluator, force=True)
+    tx.start(slot.host_name, job, evaluator, force=True)
     await record_event(
         session=session,
         job=job,
@@ -116,19 +102,12 @@ async def _start(
     )
 
 
-async def _stop(
-    session: AsyncSession, commands: Commands, outbox: Outbox, job: Job, evaluator: Task | None
-) -> None:
+async def _stop(tx: Transaction, job: Job, evaluator: Task | None) -> None:
+    session = tx.session
     if evaluator is None or evaluator.status not in (*LIVE_TASK_STATUSES, TaskStatus.pending):
         raise Conflict(f"job {job.id} has no sidecar evaluator running")
     if evaluator.status in LIVE_TASK_STATUSES and evaluator.host is not None:
-        commands.stop(
-            outbox,
-            evaluator.host.name,
-            task_key(evaluator),
-            "evaluator stopped by request",
-            force=True,
-        )
+        tx.stop(evaluator.host.name, evaluator.key, "evaluator stopped by request", force=True)
     # Stopped at once: its exit, when the agent reports it, is then no news (not a failure).
     evaluator.status, evaluator.finished_at = TaskStatus.stopped, utcnow()
     await record_event(

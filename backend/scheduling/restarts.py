@@ -1,6 +1,7 @@
 """Restarting tasks and jobs: by policy after a failure, by request, or after a lost host.
 
-Service functions: keyword-only, they flush through the lifecycle helpers and never commit.
+Service functions: keyword-only, they take the change's Transaction, flush through the
+lifecycle helpers and never commit.
 A restarted task keeps its host, port, GPUs and TF_CONFIG and gets the next attempt number;
 the controller starts it once its backoff has passed and the agent no longer runs the old
 attempt (the port must be free). A re-placed job goes back to pending with every task's
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
@@ -21,8 +21,8 @@ from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
-from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.restart_rules import backoff_seconds, plan_restart, retryable
+from backend.scheduling.transaction import Transaction
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,7 @@ class Decision:
 
 async def after_failure(
     *,
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
+    tx: Transaction,
     job: Job,
     failed: Task,
     reason: str,
@@ -43,6 +41,7 @@ async def after_failure(
     error: str | None,
 ) -> Decision:
     """Restart what the role rules say if the spec's policy allows it and restarts remain."""
+    session = tx.session
     spec = JobSpec.model_validate(job.spec, strict=False)
     policy = spec.restart
     if not retryable(policy=policy.policy, exit_code=exit_code, error=error):
@@ -77,18 +76,14 @@ async def after_failure(
         )
     for task in tasks:
         if task.name in plan.tasks:
-            restart_in_place(
-                commands=commands, outbox=outbox, task=task, delay=delay, reason=reason
-            )
+            restart_in_place(tx=tx, task=task, delay=delay, reason=reason)
     return Decision(True, reason)
 
 
-def restart_in_place(
-    *, commands: Commands, outbox: Outbox, task: Task, delay: float, reason: str
-) -> None:
+def restart_in_place(*, tx: Transaction, task: Task, delay: float, reason: str) -> None:
     """The next attempt of a task on the same host and port, once `delay` has passed."""
     if task.status in LIVE_TASK_STATUSES and task.host is not None:
-        commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
+        tx.stop(task.host.name, task.key, reason, force=True)
     task.attempt += 1
     task.status = TaskStatus.scheduled
     task.pid = task.exit_code = None
@@ -96,10 +91,9 @@ def restart_in_place(
     task.restart_after = utcnow() + timedelta(seconds=delay)
 
 
-async def replace_job(
-    *, session: AsyncSession, commands: Commands, outbox: Outbox, job: Job, reason: str
-) -> None:
+async def replace_job(*, tx: Transaction, job: Job, reason: str) -> None:
     """Send the whole job back to placement: new hosts, ports and TF_CONFIG for every task."""
+    session = tx.session
     job.restart_count += 1
     if job.status is JobStatus.failed:
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
@@ -108,7 +102,7 @@ async def replace_job(
         if task.role == "evaluator" and task.status not in LIVE_TASK_STATUSES:
             continue  # a stopped sidecar evaluator is started again only by request
         if task.status in LIVE_TASK_STATUSES and task.host is not None:
-            commands.stop(outbox, task.host.name, task_key(task), reason, force=True)
+            tx.stop(task.host.name, task.key, reason, force=True)
         task.attempt += 1
         task.status = TaskStatus.pending
         task.host_id = task.port = task.pid = task.exit_code = None
@@ -116,9 +110,7 @@ async def replace_job(
         task.started_at = task.finished_at = task.restart_after = None
 
 
-async def after_host_lost(
-    *, session: AsyncSession, commands: Commands, outbox: Outbox, job: Job, reason: str
-) -> Decision:
+async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision:
     """A lost host's tasks cannot keep their addresses: re-place the job if policy allows."""
     policy = JobSpec.model_validate(job.spec, strict=False).restart
     if not retryable(policy=policy.policy, exit_code=None, error=None, host_lost=True):
@@ -126,9 +118,7 @@ async def after_host_lost(
     if job.restart_count >= policy.max_restarts:
         return Decision(False, f"{reason}; gave up after {job.restart_count} restarts")
     await replace_job(
-        session=session,
-        commands=commands,
-        outbox=outbox,
+        tx=tx,
         job=job,
         reason=f"{reason}; re-placing the job (restart {job.restart_count + 1} of "
         f"{policy.max_restarts})",
@@ -141,11 +131,9 @@ RESTARTABLE = frozenset(
 )
 
 
-async def request_job_restart(
-    session: AsyncSession, commands: Commands, outbox: Outbox, *, job_id: int
-) -> None:
+async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
     """Re-place the whole job by request: every task gets a new attempt (and may move)."""
-    job = await session.get(Job, job_id)
+    job = await tx.session.get(Job, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     if job.status not in RESTARTABLE:
@@ -153,15 +141,12 @@ async def request_job_restart(
             f"job {job_id} is {job.status.value}; only a scheduled, running, restarting "
             "or failed job can be restarted"
         )
-    await replace_job(
-        session=session, commands=commands, outbox=outbox, job=job, reason="restart requested"
-    )
+    await replace_job(tx=tx, job=job, reason="restart requested")
 
 
-async def request_task_restart(
-    session: AsyncSession, commands: Commands, outbox: Outbox, *, job_id: int, task_name: str
-) -> None:
+async def request_task_restart(tx: Transaction, *, job_id: int, task_name: str) -> None:
     """Restart one task where it is, with whatever the role rules restart along with it."""
+    session = tx.session
     job = await session.get(Job, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
@@ -189,4 +174,4 @@ async def request_task_restart(
         await record_event(session=session, job=job, kind="restart", task=task_name, message=reason)
     for member in tasks:
         if member.name in plan.tasks:
-            restart_in_place(commands=commands, outbox=outbox, task=member, delay=0, reason=reason)
+            restart_in_place(tx=tx, task=member, delay=0, reason=reason)

@@ -1,6 +1,7 @@
 """Applying what agents report about tasks (started, exited) to tasks and their jobs.
 
-Service functions: keyword-only, they flush through the lifecycle helpers and never commit.
+Service functions: keyword-only, they take the change's Transaction, flush through the
+lifecycle helpers and never commit.
 Every one is safe to apply twice: a report about an attempt that is not live any more, or
 not on the reporting host, changes nothing.
 """
@@ -22,8 +23,8 @@ from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
-from backend.scheduling.commands import Commands, Outbox, task_key
 from backend.scheduling.outcome import judge_exit
+from backend.scheduling.transaction import Transaction
 
 
 async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
@@ -74,63 +75,35 @@ def wanted_on(task: Task | None, job: Job | None, host: Host, key: TaskKey) -> b
 
 async def end_job(
     *,
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
+    tx: Transaction,
     job: Job,
     status: JobStatus,
     reason: str,
     data: dict[str, object] | None = None,
 ) -> None:
     """Finish a job and stop whatever of it still runs."""
-    await transition_job(session=session, job=job, to=status, reason=reason, data=data)
-    for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
+    await transition_job(session=tx.session, job=job, to=status, reason=reason, data=data)
+    for task in await tx.session.scalars(select(Task).where(Task.job_id == job.id)):
         if task.status is TaskStatus.pending:
             task.status = TaskStatus.stopped
         elif task.status in LIVE_TASK_STATUSES and task.host is not None:
-            commands.stop(outbox, task.host.name, task_key(task), reason)
+            tx.stop(task.host.name, task.key, reason)
 
 
-async def request_cancel(
-    session: AsyncSession, commands: Commands, outbox: Outbox, *, job_id: int
-) -> None:
+async def request_cancel(tx: Transaction, *, job_id: int) -> None:
     """Cancel a job by request: it ends at once and whatever of it runs is told to stop."""
-    job = await session.get(Job, job_id)
+    job = await tx.session.get(Job, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
-    await end_job(
-        session=session,
-        commands=commands,
-        outbox=outbox,
-        job=job,
-        status=JobStatus.cancelled,
-        reason="cancelled by request",
-    )
-
-
-async def mark_started(
-    *,
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
-    host: Host,
-    key: TaskKey,
-    pid: int,
-) -> None:
-    await mark_started_many(
-        session=session, commands=commands, outbox=outbox, starts=[(host, key, pid)]
-    )
+    await end_job(tx=tx, job=job, status=JobStatus.cancelled, reason="cancelled by request")
 
 
 async def mark_started_many(
-    *,
-    session: AsyncSession,
-    commands: Commands,
-    outbox: Outbox,
-    starts: Sequence[tuple[Host, TaskKey, int]],
+    *, tx: Transaction, starts: Sequence[tuple[Host, TaskKey, int]]
 ) -> None:
-    """mark_started for many reports at once, loading their jobs and tasks in a few queries:
-    a thousand agents report ten thousand starts within seconds."""
+    """Apply agents' reports that they started these attempts, loading their jobs and tasks
+    in a few queries: a thousand agents report ten thousand starts within seconds."""
+    session = tx.session
     job_ids = sorted({key.job_id for _, key, _ in starts})
     jobs: dict[int, Job] = {}
     for first in range(0, len(job_ids), 500):
@@ -148,7 +121,7 @@ async def mark_started_many(
             if task is None or task.host_id not in (None, host.id):
                 # Not a late start of an attempt that was stopped: another host's task, or none.
                 security.refused(f"agent {host.name}", f"task_started for {_key_text(key)}")
-            commands.stop(outbox, host.name, key, "this attempt should not run")
+            tx.stop(host.name, key, "this attempt should not run")
             continue
         assert task is not None and job is not None
         if task.status is TaskStatus.scheduled:
@@ -169,9 +142,8 @@ async def mark_started_many(
             )
 
 
-async def apply_exit(
-    *, session: AsyncSession, commands: Commands, outbox: Outbox, host: Host, exit: TaskExit
-) -> None:
+async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
+    session = tx.session
     task = await find_task(session=session, key=exit.key)
     if task is None or (task.attempt == exit.key.attempt and task.host_id != host.id):
         security.refused(f"agent {host.name}", f"task_exited for {_key_text(exit.key)}")
@@ -217,9 +189,7 @@ async def apply_exit(
     reason = outcome.reason
     if outcome.job_status is JobStatus.failed:
         decision = await restarts.after_failure(
-            session=session,
-            commands=commands,
-            outbox=outbox,
+            tx=tx,
             job=job,
             failed=task,
             reason=outcome.reason,
@@ -230,9 +200,7 @@ async def apply_exit(
             return
         reason = decision.reason
     await end_job(
-        session=session,
-        commands=commands,
-        outbox=outbox,
+        tx=tx,
         job=job,
         status=outcome.job_status,
         reason=reason,
@@ -240,10 +208,9 @@ async def apply_exit(
     )
 
 
-async def mark_host_lost(
-    *, session: AsyncSession, commands: Commands, outbox: Outbox, host: Host, reason: str
-) -> None:
+async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:
     """Its tasks cannot keep their addresses: mark them lost; re-place or end their jobs."""
+    session = tx.session
     for task in await session.scalars(
         select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE_TASK_STATUSES))
     ):
@@ -260,14 +227,10 @@ async def mark_host_lost(
             data={"to": "lost", "attempt": task.attempt},
         )
         if job.status in ACTIVE_JOB_STATUSES:
-            decision = await restarts.after_host_lost(
-                session=session, commands=commands, outbox=outbox, job=job, reason=reason
-            )
+            decision = await restarts.after_host_lost(tx=tx, job=job, reason=reason)
             if not decision.restarted:
                 await end_job(
-                    session=session,
-                    commands=commands,
-                    outbox=outbox,
+                    tx=tx,
                     job=job,
                     status=JobStatus.failed,
                     reason=decision.reason,

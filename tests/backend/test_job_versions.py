@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.scheduling.commands import Commands, Outbox
 from backend.scheduling.controller import Controller
+from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
 from tests.support.factories import make_spec
 
@@ -26,11 +25,20 @@ async def submitted(api: Api) -> int:
 
 
 async def cancel_elsewhere(api: Api, job_id: int) -> None:
-    """What another writer does meanwhile, in its own transaction."""
-    async with api.session() as other:
-        job = await other.get_one(Job, job_id)
-        await transition_job(session=other, job=job, to=JobStatus.cancelled, reason="elsewhere")
-        await other.commit()
+    """What another writer does meanwhile, in its own transaction (applied again if the
+    controller's pass, which notes why the job waits, changed the job under it too)."""
+    for _ in range(5):
+        async with api.session() as other:
+            job = await other.get_one(Job, job_id)
+            try:
+                await transition_job(
+                    session=other, job=job, to=JobStatus.cancelled, reason="elsewhere"
+                )
+                await other.commit()
+            except StaleDataError:
+                continue
+            return
+    raise AssertionError(f"job {job_id} changed under every try to cancel it")
 
 
 async def test_a_write_from_a_stale_read_fails(api: Api) -> None:
@@ -45,7 +53,7 @@ async def test_a_write_from_a_stale_read_fails(api: Api) -> None:
     async with api.session() as session:
         job = await session.get_one(Job, job_id)
         assert (job.status, job.reason) == (JobStatus.cancelled, "elsewhere")
-        assert job.version == version + 1
+        assert job.version > version
 
 
 async def test_a_change_to_a_task_is_checked_against_its_jobs_version(api: Api) -> None:
@@ -60,7 +68,8 @@ async def test_a_change_to_a_task_is_checked_against_its_jobs_version(api: Api) 
             await session.commit()
     async with api.session() as session:
         statuses = await session.scalars(select(Task.status).where(Task.job_id == job_id))
-        assert list(statuses) == [TaskStatus.pending]
+        # Pending, or stopped by the controller since the job is over; never placed.
+        assert list(statuses) in ([TaskStatus.pending], [TaskStatus.stopped])
 
 
 async def test_the_controller_applies_a_change_again_on_fresh_state(api: Api) -> None:
@@ -68,7 +77,8 @@ async def test_the_controller_applies_a_change_again_on_fresh_state(api: Api) ->
     controller: Controller = api.app.state.controller  # type: ignore[attr-defined]
     seen: list[JobStatus] = []
 
-    async def schedule(session: AsyncSession, _commands: Commands, _outbox: Outbox) -> None:
+    async def schedule(tx: Transaction) -> None:
+        session = tx.session
         job = await session.get_one(Job, job_id)
         seen.append(job.status)
         if len(seen) == 1:

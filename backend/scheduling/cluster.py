@@ -1,0 +1,76 @@
+"""What the controller keeps in memory about the cluster between passes.
+
+The database says what should run; this says what the agents last said they run, when each
+was last heard from, which reports wait for the next pass, and what the hosts have free.
+Every field is a cache or a queue that a restart of the server may lose: after one, agents
+say hello again and everything here is rebuilt from what they report.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from agents.protocol import RunningTask, TaskKey
+from backend.scheduling.placement import HostCapacity
+from backend.scheduling.running import RunningReports
+
+
+@dataclass
+class ClusterView:
+    running: RunningReports = field(default_factory=RunningReports)
+    # When each agent was last heard from (monotonic), noted as a frame arrives, before any
+    # lock: a busy controller must not mistake its own backlog for a silent host.
+    last_heard: dict[str, float] = field(default_factory=dict)
+    heard_since_recorded: set[str] = field(default_factory=set)  # for the next pass to write
+    heartbeats_recorded_at: float = 0.0
+    last_compared: dict[str, float] = field(default_factory=dict)
+    # Hosts whose last comparison found them running exactly what they should, with no
+    # command sent to them since: their heartbeats need no comparison until what they run
+    # changes. Comparing every host every few seconds anyway was a transaction per host each
+    # time, and at a thousand hosts the controller did little else.
+    settled: set[str] = field(default_factory=set)
+    # Agents' reports kept for the next pass, which applies them all in one transaction: one
+    # transaction per report, each waiting for the lock, did not keep up with a thousand
+    # agents starting ten thousand tasks.
+    reported_starts: dict[str, list[tuple[TaskKey, int]]] = field(default_factory=dict)
+    to_compare: dict[str, list[RunningTask]] = field(default_factory=dict)
+    # What the cluster looked like when the queued jobs last found no room, and when.
+    unplaced: tuple[object, ...] | None = None
+    unplaced_at: float = 0.0
+    # What the hosts have free, kept between passes while nothing but placement changes it
+    # (placement updates it as it places). Reading it from the database took most of a pass
+    # at a thousand hosts, and a pass runs for every submission. Anything that may free or
+    # take capacity otherwise drops it (capacity_changed); it is read again every few seconds.
+    capacity: list[HostCapacity] | None = None
+    capacity_key: tuple[int, float] = (-1, 0.0)  # (the hub's changes, monotonic read time)
+    started: float = field(default_factory=time.monotonic)
+
+    def heard_from(self, host: str) -> None:
+        self.last_heard[host] = time.monotonic()
+        self.heard_since_recorded.add(host)
+
+    def capacity_changed(self) -> None:
+        self.capacity = None
+
+    def old_attempt_running(self, job_id: int, task: str, attempt: int) -> bool:
+        """Whether an agent still runs an earlier attempt of this task (its port is taken)."""
+        return self.running.earlier_attempt_runs(job_id, task, attempt)
+
+    def compared(self, host: str, keys: frozenset[TaskKey], agrees: bool, commanded: bool) -> None:
+        """Note a finished comparison of what a host runs (commanded: it was sent something)."""
+        self.last_compared[host] = time.monotonic()
+        self.running.report(host, keys)
+        if agrees and not commanded:
+            self.settled.add(host)
+        else:
+            self.settled.discard(host)
+
+    def commanded(self, hosts: set[str]) -> None:
+        """Hosts sent a command are unsettled until a comparison sees that they followed it
+        (or the command is sent again)."""
+        self.settled -= hosts
+
+    def forget(self, host: str) -> None:
+        """The host was lost, and what it ran with it."""
+        self.running.forget(host)

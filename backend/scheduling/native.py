@@ -1,0 +1,128 @@
+"""Native agents as the place tasks run: one websocket per host, start and stop commands.
+
+Commands are decided inside a transaction and sent once it commits; an unanswered start or
+stop is sent again after RESEND_SECONDS, never sooner unless forced.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.protocol import StartTask, StopTask, TaskKey
+from backend.auth import TokenRegistry
+from backend.config import Settings
+from backend.hosts.models import Device, Host
+from backend.jobs.models import Job, Task
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus
+from backend.scheduling.hub import AgentHub
+from backend.scheduling.launch import start_message
+from backend.scheduling.placement import HostCapacity
+from backend.scheduling.transaction import Outbox
+
+RESEND_SECONDS = 5.0  # how long an unanswered start or stop waits before it is sent again
+
+
+class NativeAgents:
+    """The TaskBackend of hosts that run Strata's own agent."""
+
+    def __init__(self, *, settings: Settings, tokens: TokenRegistry, hub: AgentHub) -> None:
+        self.settings = settings
+        self.tokens = tokens
+        self.hub = hub
+        self._sent: dict[tuple[str, TaskKey], float] = {}
+        self._prune_above = 1024
+
+    @property
+    def changes(self) -> int:
+        return self.hub.changes
+
+    def reachable(self, host: str) -> bool:
+        return self.hub.connected(host)
+
+    def due(self, kind: str, key: TaskKey, *, force: bool = False) -> bool:
+        """Whether a command of this kind for this attempt may be sent (again) now."""
+        now = time.monotonic()
+        if not force and now - self._sent.get((kind, key), -RESEND_SECONDS) < RESEND_SECONDS:
+            return False
+        self._sent[(kind, key)] = now
+        if len(self._sent) > self._prune_above:
+            # Entries older than the resend period decide nothing: without this the map
+            # kept every command ever sent.
+            self._sent = {k: t for k, t in self._sent.items() if now - t < RESEND_SECONDS}
+            self._prune_above = max(1024, 2 * len(self._sent))
+        return True
+
+    def start(
+        self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool = False
+    ) -> None:
+        if self.due("start", task.key, force=force):
+            outbox.add(host, self.start_message(job, task))
+
+    def start_message(self, job: Job, task: Task) -> StartTask:
+        assert task.port is not None and task.tf_config is not None
+        return start_message(
+            spec=JobSpec.model_validate(job.spec, strict=False),
+            key=task.key,
+            port=task.port,
+            gpus=list(task.gpu_indices),
+            tf_config=task.tf_config,
+            task_token=self.tokens.task_token(job.id),
+            checkpoint_root=self.settings.checkpoints,
+        )
+
+    def stop(
+        self, outbox: Outbox, host: str, key: TaskKey, reason: str, *, force: bool = False
+    ) -> None:
+        if self.due("stop", key, force=force):
+            grace = self.settings.stop_grace_seconds
+            outbox.add(host, StopTask(key=key, grace_seconds=grace, reason=reason))
+
+    def send(self, outbox: Outbox) -> None:
+        for host, message in outbox.messages:
+            self.hub.send(host, message)
+
+    async def capacities(self, session: AsyncSession) -> list[HostCapacity]:
+        """What each connected online host has free. Read as plain rows, not ORM objects: a
+        thousand hosts, their eight thousand devices and ten thousand live tasks, each pass
+        that has a job to place."""
+        hosts = [
+            row
+            for row in await session.execute(
+                select(
+                    Host.id, Host.name, Host.address, Host.port_range_start, Host.port_range_end
+                ).where(Host.status == HostStatus.online)
+            )
+            if self.hub.connected(row.name)
+        ]
+        devices: dict[int, list[int]] = {}
+        for owner, index in await session.execute(
+            select(Device.host_id, Device.index).order_by(Device.host_id, Device.index)
+        ):
+            devices.setdefault(owner, []).append(index)
+        busy = await session.execute(
+            select(Task.host_id, Task.port, Task.gpu_indices).where(
+                Task.status.in_(LIVE_TASK_STATUSES), Task.host_id.is_not(None)
+            )
+        )
+        used_gpus: dict[int, set[int]] = {}
+        used_ports: dict[int, set[int]] = {}
+        for host_id, port, gpus in busy:
+            assert host_id is not None
+            used_gpus.setdefault(host_id, set()).update(gpus or [])
+            if port is not None:
+                used_ports.setdefault(host_id, set()).add(port)
+        return [
+            HostCapacity(
+                host_id=h.id,
+                name=h.name,
+                address=h.address,
+                free_gpus=[i for i in devices.get(h.id, []) if i not in used_gpus.get(h.id, ())],
+                port_range=(h.port_range_start, h.port_range_end),
+                used_ports=used_ports.get(h.id, set()),
+            )
+            for h in hosts
+        ]

@@ -1,0 +1,127 @@
+"""Places queued jobs: every task of a job on a host with room, or none of them (gang)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from backend.jobs.lifecycle import transition_job
+from backend.jobs.models import Job, Task
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
+from backend.jobs.tfconfig import tf_config
+from backend.scheduling.cluster import ClusterView
+from backend.scheduling.native import RESEND_SECONDS
+from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.transaction import Transaction
+
+# Jobs placed in one pass, which is one transaction: a thousand queued jobs placed at once held
+# SQLite's write lock for longer than a submission would wait for it (30 s, then a 500).
+PLACEMENTS_PER_PASS = 50
+PENDING_PAGE = 2 * PLACEMENTS_PER_PASS  # queued jobs loaded at a time while placing
+
+
+class PendingJobs:
+    def __init__(self, *, view: ClusterView, wake: Callable[[], None]) -> None:
+        self.view = view
+        self.wake = wake  # asks for another pass (more jobs than one pass places)
+
+    async def known_capacity(self, tx: Transaction) -> list[HostCapacity]:
+        view = self.view
+        fresh = time.monotonic() - view.capacity_key[1] < RESEND_SECONDS
+        if view.capacity is None or view.capacity_key[0] != tx.backend.changes or not fresh:
+            view.capacity = await tx.backend.capacities(tx.session)
+            view.capacity_key = (tx.backend.changes, time.monotonic())
+        return view.capacity
+
+    async def reconcile(self, tx: Transaction) -> None:
+        view, session = self.view, tx.session
+        queue = list(
+            await session.scalars(
+                select(Job.id)
+                .where(Job.status == JobStatus.pending)
+                .order_by(Job.priority.desc(), Job.id)
+            )
+        )
+        if not queue:
+            return
+        # Jobs that found no room wait for something to change: the queue, the agents
+        # connected, what they run, the live tasks. Examining them again on every pass cost
+        # a thousand hosts' capacity each time; they are still looked at every few seconds.
+        live = select(func.count()).select_from(Task).where(Task.status.in_(LIVE_TASK_STATUSES))
+        situation = (
+            tuple(queue),
+            tx.backend.changes,
+            view.running.changes,
+            await session.scalar(live),
+        )
+        if situation == view.unplaced and time.monotonic() - view.unplaced_at < RESEND_SECONDS:
+            return
+        view.unplaced = None
+        capacity = await self.known_capacity(tx)
+        placed = 0
+        async for job in _pending_jobs(session, queue):
+            if placed == PLACEMENTS_PER_PASS:
+                self.wake()  # the rest in the next pass, after this one has committed
+                return
+            if await self._place(tx, job, capacity):
+                placed += 1
+        if not placed:
+            view.unplaced, view.unplaced_at = situation, time.monotonic()
+
+    async def _place(self, tx: Transaction, job: Job, capacity: list[HostCapacity]) -> bool:
+        """Place every waiting task of the job, or none; says why not in the job's reason."""
+        if any(self.view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
+            job.reason = "waiting for the tasks of its previous attempt to stop"
+            return False
+        spec = JobSpec.model_validate(job.spec, strict=False)
+        # Every training task is pending here; a stopped evaluator stays stopped.
+        waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
+        needs = [
+            TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
+            for t in waiting
+        ]
+        # Jobs that do not fit are passed over, so smaller ones behind them can run.
+        slots = place(needs, capacity)
+        if isinstance(slots, Unplaceable):
+            job.reason = slots.reason
+            return False
+        addresses = {key: f"{slot.address}:{slot.port}" for key, slot in slots.items()}
+        for task in waiting:
+            slot = slots[(task.role, task.index)]
+            task.host_id, task.port, task.gpu_indices = slot.host_id, slot.port, list(slot.gpus)
+            task.tf_config = tf_config(addresses, task.role, task.index)
+            task.status, task.pid, task.exit_code = TaskStatus.scheduled, None, None
+            task.started_at = task.finished_at = None
+            tx.start(slot.host_name, job, task, force=True)
+        hosts = sorted({slot.host_name for slot in slots.values()})
+        await transition_job(
+            session=tx.session,
+            job=job,
+            to=JobStatus.scheduled,
+            reason=f"placed on {', '.join(hosts)}",
+        )
+        return True
+
+
+async def _pending_jobs(session: AsyncSession, queue: list[int]) -> AsyncIterator[Job]:
+    """The queued jobs with their tasks, in queue order, loaded a page at a time: a pass
+    places a few dozen, and loading every queued job's tasks each pass was most of it."""
+    for first in range(0, len(queue), PENDING_PAGE):
+        page = queue[first : first + PENDING_PAGE]
+        loaded = {
+            job.id: job
+            for job in await session.scalars(
+                # Still pending: a writer outside the controller's lock may have ended it.
+                select(Job)
+                .where(Job.id.in_(page), Job.status == JobStatus.pending)
+                .options(selectinload(Job.tasks))
+            )
+        }
+        for job_id in page:
+            if job_id in loaded:
+                yield loaded[job_id]

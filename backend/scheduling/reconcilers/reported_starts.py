@@ -1,0 +1,40 @@
+"""Applies the task starts agents reported since the last pass, all in one transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from backend.hosts.models import Host
+from backend.scheduling import task_events
+from backend.scheduling.cluster import ClusterView
+from backend.scheduling.transaction import Transaction
+
+
+async def hosts_named(session: AsyncSession, names: list[str]) -> dict[str, Host]:
+    if not names:
+        return {}
+    found = await session.scalars(select(Host).where(Host.name.in_(names)))
+    return {host.name: host for host in found}
+
+
+async def apply_reported_starts(tx: Transaction, view: ClusterView, host_names: list[str]) -> None:
+    """Apply the starts these agents reported since the last pass."""
+    reports = {name: view.reported_starts.pop(name, []) for name in host_names}
+    hosts = await hosts_named(tx.session, [name for name, r in reports.items() if r])
+    starts = [
+        (hosts[name], key, pid)
+        for name, started in reports.items()
+        if name in hosts
+        for key, pid in started
+    ]
+    if starts:
+        await task_events.mark_started_many(tx=tx, starts=starts)
+
+
+class ReportedStarts:
+    def __init__(self, *, view: ClusterView) -> None:
+        self.view = view
+
+    async def reconcile(self, tx: Transaction) -> None:
+        await apply_reported_starts(tx, self.view, list(self.view.reported_starts))

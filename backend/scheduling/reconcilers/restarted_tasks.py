@@ -1,0 +1,39 @@
+"""Starts restarted attempts once their backoff is over and their predecessor has gone."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from backend.db import utcnow
+from backend.jobs.models import Job, Task
+from backend.jobs.states import TERMINAL_JOB_STATUSES, TaskStatus
+from backend.scheduling.cluster import ClusterView
+from backend.scheduling.transaction import Transaction
+
+
+def start_if_due(
+    tx: Transaction, view: ClusterView, host: str, job: Job, task: Task, *, force: bool = False
+) -> None:
+    """Start a scheduled attempt once its backoff is over and its predecessor is gone (the
+    earlier attempt holds the port)."""
+    if task.restart_after is not None and task.restart_after > utcnow():
+        return
+    if view.old_attempt_running(job.id, task.name, task.attempt):
+        return
+    tx.start(host, job, task, force=force)
+
+
+class RestartedTasks:
+    def __init__(self, *, view: ClusterView) -> None:
+        self.view = view
+
+    async def reconcile(self, tx: Transaction) -> None:
+        rows = await tx.session.execute(
+            select(Task, Job)
+            .join(Task.job)
+            .where(Task.status == TaskStatus.scheduled, Task.restart_after.is_not(None))
+            .where(Job.status.not_in(TERMINAL_JOB_STATUSES))
+        )
+        for task, job in rows:
+            if task.host is not None and tx.backend.reachable(task.host.name):
+                start_if_due(tx, self.view, task.host.name, job, task)

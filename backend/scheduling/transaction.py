@@ -1,0 +1,46 @@
+"""One change to jobs and tasks: its session, and the commands it decided, sent after commit.
+
+Every service function that changes jobs or tasks takes a Transaction (keyword-only), flushes
+through it and never commits: the controller owns the commit (see Controller.apply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.protocol import ServerMessage, TaskKey
+from backend.jobs.models import Job, Task
+from backend.scheduling.backend import TaskBackend
+
+
+@dataclass
+class Outbox:
+    """Commands decided inside a transaction, sent only once it has committed."""
+
+    messages: list[tuple[str, ServerMessage]] = field(default_factory=list)
+
+    def add(self, host: str, message: ServerMessage) -> None:
+        self.messages.append((host, message))
+
+    def hosts(self) -> set[str]:
+        return {host for host, _ in self.messages}
+
+
+@dataclass
+class Transaction:
+    session: AsyncSession
+    backend: TaskBackend
+    outbox: Outbox = field(default_factory=Outbox)
+    # What to note in memory once the transaction has committed (never if it rolls back).
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    def start(self, host: str, job: Job, task: Task, *, force: bool = False) -> None:
+        """Start the task's current attempt on that host, once this transaction commits."""
+        self.backend.start(self.outbox, host, job, task, force=force)
+
+    def stop(self, host: str, key: TaskKey, reason: str, *, force: bool = False) -> None:
+        """Stop that attempt on that host, once this transaction commits."""
+        self.backend.stop(self.outbox, host, key, reason, force=force)
