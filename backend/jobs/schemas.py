@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from backend.jobs.actions import JobActions
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 
@@ -38,6 +39,7 @@ class JobRead(BaseModel):
     restart_count: int
     spec: JobSpec
     tasks: list[TaskRead]
+    actions: JobActions = Field(description="What the server would accept for this job now.")
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None

@@ -10,6 +10,7 @@ from sqlalchemy.orm import defer, joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from backend.errors import NotFound
+from backend.jobs.actions import job_actions
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
@@ -101,6 +102,7 @@ async def find_task(*, session: AsyncSession, job_id: int, task: str) -> Task | 
 
 
 def job_read(job: Job) -> JobRead:
+    spec = JobSpec.model_validate(job.spec, strict=False)
     return JobRead(
         id=job.id,
         name=job.name,
@@ -109,8 +111,9 @@ def job_read(job: Job) -> JobRead:
         strategy=job.strategy,
         priority=job.priority,
         restart_count=job.restart_count,
-        spec=JobSpec.model_validate(job.spec, strict=False),
+        spec=spec,
         tasks=[task_read(task) for task in job.tasks],
+        actions=job_actions(job.status, spec, job.tasks),
         created_at=job.created_at,
         updated_at=job.updated_at,
         started_at=job.started_at,

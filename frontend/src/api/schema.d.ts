@@ -571,6 +571,42 @@ export interface components {
             /** Errors */
             errors: components["schemas"]["FieldIssueBody"][];
         };
+        /**
+         * JobActions
+         * @description What the server would accept for this job now (an admin token assumed).
+         */
+        JobActions: {
+            /**
+             * Cancel
+             * @description POST /jobs/{id}/cancel
+             */
+            cancel: boolean;
+            /**
+             * Checkpoint
+             * @description POST /jobs/{id}/checkpoint
+             */
+            checkpoint: boolean;
+            /**
+             * Evaluator Start
+             * @description POST /jobs/{id}/evaluator {"action": "start"}
+             */
+            evaluator_start: boolean;
+            /**
+             * Evaluator Stop
+             * @description POST /jobs/{id}/evaluator {"action": "stop"}
+             */
+            evaluator_stop: boolean;
+            /**
+             * Restart
+             * @description POST /jobs/{id}/restart
+             */
+            restart: boolean;
+            /**
+             * Task Restart
+             * @description POST /jobs/{id}/tasks/{task}/restart
+             */
+            task_restart: boolean;
+        };
         /** JobEventRead */
         JobEventRead: {
             /**
@@ -608,6 +644,8 @@ export interface components {
         };
         /** JobRead */
         JobRead: {
+            /** @description What the server would accept for this job now. */
+            actions: components["schemas"]["JobActions"];
             /**
              * Created At
              * Format: date-time
