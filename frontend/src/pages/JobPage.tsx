@@ -171,8 +171,8 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
       return `Checkpoint ${c.name} written by ${answer.task} at step ${c.step ?? "?"}${c.epoch !== null ? ` (epoch ${c.epoch})` : ""}, ${bytes(c.size_bytes)}, in ${answer.seconds.toFixed(2)} s.`;
     });
 
-  const evaluator = job?.tasks.find((t) => t.role === "evaluator");
-  const evaluatorLive = !!evaluator && ["pending", "scheduled", "running"].includes(evaluator.status);
+  // What the controls may do comes from the server (job.actions), not from rules kept here.
+  const evaluatorLive = job?.actions.evaluator_stop ?? false;
   const toggleEvaluator = () => {
     const action = evaluatorLive ? "stop" : "start";
     return run(
@@ -258,10 +258,8 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
 
   const finished = isFinished(job.status);
   const shownOutcomes = outcomes.filter((o) => o.state !== "ok" || now - o.at < OK_SHOWN_MS);
-  const running = job.status === "running";
-  const canCheckpoint = running && job.strategy !== "multi_worker_mirrored";
-  const writesCheckpoints = job.spec.checkpoint?.every_epochs != null || job.spec.checkpoint?.every_seconds != null;
-  const canRestart = ["scheduled", "running", "restarting", "failed"].includes(job.status);
+  const { actions } = job;
+  const canToggleEvaluator = evaluatorLive ? actions.evaluator_stop : actions.evaluator_start;
   const series = live.series.all().sort((a, b) => a.name.localeCompare(b.name) || a.task.localeCompare(b.task));
   const progress = summary(series);
   const charts = [...CHARTS, OTHER]
@@ -306,9 +304,13 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
           <button
             type="button"
             onClick={checkpointNow}
-            disabled={readOnly || !canCheckpoint || busy.has("checkpoint")}
+            disabled={readOnly || !actions.checkpoint || busy.has("checkpoint")}
             title={
-              readOnly ? READ_ONLY : canCheckpoint ? "Ask the chief to write a checkpoint now" : "Only while a parameter_server or mirrored job runs"
+              readOnly
+                ? READ_ONLY
+                : actions.checkpoint
+                  ? "Ask the chief to write a checkpoint now"
+                  : "Only while a parameter_server or mirrored job runs"
             }
             data-testid="checkpoint-now"
           >
@@ -318,9 +320,13 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
           <button
             type="button"
             onClick={toggleEvaluator}
-            disabled={readOnly || finished || !writesCheckpoints || busy.has("evaluator")}
+            disabled={readOnly || !canToggleEvaluator || busy.has("evaluator")}
             title={
-              readOnly ? READ_ONLY : writesCheckpoints ? "The sidecar evaluator evaluates each new checkpoint" : "The job writes no checkpoints"
+              readOnly
+                ? READ_ONLY
+                : canToggleEvaluator
+                  ? "The sidecar evaluator evaluates each new checkpoint"
+                  : "Only while the job is unfinished and writes checkpoints"
             }
             data-testid="evaluator-toggle"
             data-running={evaluatorLive ? "true" : "false"}
@@ -332,7 +338,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             type="button"
             class="danger"
             onClick={restartJob}
-            disabled={readOnly || !canRestart || busy.has("restart")}
+            disabled={readOnly || !actions.restart || busy.has("restart")}
             title={readOnly ? READ_ONLY : undefined}
             data-testid="restart-job"
           >
@@ -343,7 +349,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             type="button"
             class="danger"
             onClick={cancelJob}
-            disabled={readOnly || finished || busy.has("cancel")}
+            disabled={readOnly || !actions.cancel || busy.has("cancel")}
             title={readOnly ? READ_ONLY : undefined}
             data-testid="cancel-job"
           >
@@ -382,7 +388,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
                   setSelected(name);
                   logRef.current?.scrollIntoView({ behavior: "smooth", block: "nearest" });
                 }}
-                onRestart={running && !readOnly ? restartTask : null}
+                onRestart={actions.task_restart && !readOnly ? restartTask : null}
                 busy={busy}
               />
             ) : (
