@@ -8,8 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from agents.protocol import MAX_INT32
+from backend.api.body import read_body
 from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, SettingsDep
-from backend.errors import ROUTER_ERRORS, PayloadTooLarge, closed_query, error_responses
+from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
@@ -34,19 +35,6 @@ _SPEC_BODY: dict[str, Any] = {
         },
     }
 }
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing (413) anything over the limit without reading it all."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-    return bytes(body)
 
 
 @router.post(
