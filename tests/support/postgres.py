@@ -50,6 +50,20 @@ def _wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 30
     raise RuntimeError(f"postgres did not listen on {port} within {timeout}s")
 
 
+def _wait_accepting(bindir: Path, port: int, timeout: float = 30.0) -> None:
+    """Listening is not ready: until recovery ends, connections get "the database system is
+    starting up". pg_isready says when it accepts them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = subprocess.run(
+            [str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-q"], check=False
+        )
+        if ready.returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"postgres on {port} did not accept connections within {timeout}s")
+
+
 @contextlib.contextmanager
 def running_postgres(bindir: Path) -> Iterator[str]:
     """Start a fresh cluster on a free loopback port; yield its superuser URL."""
@@ -111,6 +125,7 @@ def running_postgres(bindir: Path) -> Iterator[str]:
         )
     try:
         _wait_ready(port, process)
+        _wait_accepting(bindir, port)
         yield f"postgresql://strata@127.0.0.1:{port}/postgres"
     finally:
         process.terminate()  # SIGTERM: "smart" shutdown after clients leave

@@ -1,0 +1,84 @@
+"""PendingJobs: gang placement of queued jobs, the reason when they don't fit, the per-pass cap."""
+
+from __future__ import annotations
+
+from agents.protocol import StartTask, TaskKey
+from backend.jobs.lifecycle import transition_job
+from backend.jobs.models import Job, Task
+from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling.reconcilers.pending_jobs import PLACEMENTS_PER_PASS, PendingJobs
+from tests.backend.reconcilers.conftest import World
+
+
+def pending_jobs(world: World, wakes: list[int] | None = None) -> PendingJobs:
+    calls = wakes if wakes is not None else []
+    return PendingJobs(view=world.view, wake=lambda: calls.append(1))
+
+
+async def test_places_every_task_and_starts_them(world: World) -> None:
+    await world.host("host-a", gpus=2)
+    job_id = await world.job("parameter_server")
+    outbox = await world.run(pending_jobs(world))
+    job = await world.load(job_id)
+    assert job.status is JobStatus.scheduled
+    assert job.reason == "placed on host-a"
+    assert {t.status for t in job.tasks} == {TaskStatus.scheduled}
+    assert len({t.port for t in job.tasks}) == 4
+    started = [m.key.task for _, m in outbox.messages if isinstance(m, StartTask)]
+    assert sorted(started) == ["chief:0", "ps:0", "worker:0", "worker:1"]
+    assert all(t.tf_config is not None for t in job.tasks)
+
+
+async def test_a_job_that_does_not_fit_waits_with_the_reason(world: World) -> None:
+    await world.host("host-a", gpus=1)
+    job_id = await world.job("mirrored", replicas={"chief": {"count": 1, "gpus": 2}})
+    outbox = await world.run(pending_jobs(world))
+    job = await world.load(job_id)
+    assert job.status is JobStatus.pending
+    assert job.reason is not None and "2 GPUs" in job.reason
+    assert outbox.messages == []
+    # Nothing changed: the next pass does not examine it again (it is still looked at later).
+    assert world.view.unplaced is not None
+
+
+async def test_a_job_ended_meanwhile_is_not_placed(world: World) -> None:
+    await world.host("host-a")
+    job_id = await world.job("mirrored")
+    async with world.sessions() as session:
+        job = await session.get_one(Job, job_id)
+        await transition_job(session=session, job=job, to=JobStatus.cancelled, reason="by hand")
+        await session.commit()
+    outbox = await world.run(pending_jobs(world))
+    assert outbox.messages == []
+    assert (await world.load(job_id)).reason == "by hand"
+
+
+async def test_a_pass_places_at_most_its_share_and_asks_for_another(world: World) -> None:
+    await world.host("host-a", gpus=0)
+    for _ in range(PLACEMENTS_PER_PASS + 1):
+        await world.job("mirrored", replicas={"chief": {"count": 1, "gpus": 0}})
+    wakes: list[int] = []
+    outbox = await world.run(pending_jobs(world, wakes))
+    assert len(outbox.messages) == PLACEMENTS_PER_PASS
+    assert wakes == [1]
+    outbox = await world.run(pending_jobs(world, wakes))
+    assert len(outbox.messages) == 1
+
+
+async def test_waits_for_the_previous_attempt_to_stop(world: World) -> None:
+    await world.host("host-a")
+    job_id = await world.job("mirrored")
+    async with world.sessions() as session:
+        task = (await world.load(job_id)).tasks[0]
+        row = await session.get_one(Task, task.id)
+        row.attempt = 1
+        await session.commit()
+
+    world.view.running.report(
+        "host-a", frozenset({TaskKey(job_id=job_id, task="chief:0", attempt=0)})
+    )
+    outbox = await world.run(pending_jobs(world))
+    assert outbox.messages == []
+    assert (
+        await world.load(job_id)
+    ).reason == "waiting for the tasks of its previous attempt to stop"

@@ -1,0 +1,71 @@
+"""RunningTasks: a heartbeat's report is compared with what the host should run; the
+difference becomes stops, starts and exits; a host that agrees is settled."""
+
+from __future__ import annotations
+
+from agents.protocol import RunningTask, StartTask, StopTask, TaskKey
+from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling.reconcilers.running_tasks import RunningTasks
+from tests.backend.reconcilers.conftest import World
+
+
+def compare(world: World, host: str, running: list[RunningTask]) -> RunningTasks:
+    world.view.to_compare[host] = running
+    return RunningTasks(view=world.view)
+
+
+async def test_a_host_that_runs_what_it_should_is_settled(world: World) -> None:
+    await world.host("host-a")
+    job = await world.running("mirrored")
+    report = [RunningTask(key=job.tasks[0].key, pid=100)]
+    outbox = await world.run(compare(world, "host-a", report))
+    assert outbox.messages == []
+    assert "host-a" in world.view.settled
+    assert world.view.running.of("host-a") == frozenset({job.tasks[0].key})
+
+
+async def test_an_attempt_that_should_not_run_is_stopped(world: World) -> None:
+    await world.host("host-a")
+    stray = TaskKey(job_id=4242, task="worker:0", attempt=3)
+    outbox = await world.run(compare(world, "host-a", [RunningTask(key=stray, pid=7)]))
+    [(host, stop)] = outbox.messages
+    assert host == "host-a" and isinstance(stop, StopTask) and stop.key == stray
+    assert "host-a" not in world.view.settled
+
+
+async def test_a_running_task_the_host_no_longer_reports_has_exited(world: World) -> None:
+    await world.host("host-a")
+    job = await world.running("mirrored", restart={"policy": "never"})
+    await world.run(compare(world, "host-a", []))
+    failed = await world.load(job.id)
+    assert failed.status is JobStatus.failed
+    assert failed.reason is not None and "the agent no longer runs it" in failed.reason
+    assert [t.status for t in failed.tasks] == [TaskStatus.failed]
+
+
+async def test_a_scheduled_task_not_running_yet_is_started(world: World) -> None:
+    await world.host("host-a")
+    job = await world.placed("mirrored")
+    world.backend.due("start", job.tasks[0].key, force=True)  # placement sent it just now
+    assert (await world.run(compare(world, "host-a", []))).messages == []  # not due yet
+    world.backend._sent.clear()  # the resend period has passed
+    outbox = await world.run(compare(world, "host-a", []))
+    assert [(h, type(m)) for h, m in outbox.messages] == [("host-a", StartTask)]
+
+
+async def test_a_start_whose_report_was_lost_is_applied(world: World) -> None:
+    await world.host("host-a")
+    job = await world.placed("mirrored")
+    report = [RunningTask(key=job.tasks[0].key, pid=55)]
+    await world.run(compare(world, "host-a", report))
+    running = await world.load(job.id)
+    assert running.status is JobStatus.running
+    assert running.tasks[0].pid == 55
+
+
+async def test_tasks_of_an_ended_job_not_running_any_more_are_stopped(world: World) -> None:
+    await world.host("host-a")
+    job = await world.running("mirrored")
+    await world.set_job_status(job.id, JobStatus.cancelled)
+    await world.run(compare(world, "host-a", []))
+    assert [t.status for t in (await world.load(job.id)).tasks] == [TaskStatus.stopped]
