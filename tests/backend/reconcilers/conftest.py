@@ -120,11 +120,13 @@ class World:
 
     async def load(self, job_id: int) -> Job:
         async with self.sessions() as session:
-            return await session.scalar(  # type: ignore[no-any-return]
+            job = await session.scalar(
                 select(Job)
                 .where(Job.id == job_id)
                 .options(selectinload(Job.tasks).joinedload(Task.host))
             )
+            assert job is not None
+            return job
 
 
 @pytest.fixture
