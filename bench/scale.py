@@ -184,9 +184,9 @@ SCALE_STAGES = {
 # Where the server's samples fall while it places jobs and starts their tasks.
 PLACING_STAGES = {
     "job submissions (POST /jobs)": "submit_job",
-    "placement passes": "_place_pending_jobs",
-    "task starts reported": "on_tasks_started",
-    "heartbeat comparisons": "_sync_running",
+    "placement passes": "pending_jobs.py",
+    "task starts reported": "mark_started_many",
+    "heartbeat comparisons": "sync_running",
     "agent frames parsed": "validate_json",
     "agent channel frames": "agent_channel",
     "controller passes": "reconcile",
