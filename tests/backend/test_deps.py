@@ -1,0 +1,50 @@
+"""The typed getters behind the routers' dependencies: what they return, and the error that
+names what is missing when the application's lifespan has not built it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from starlette.requests import HTTPConnection
+
+from backend.api import deps
+from backend.app import create_app
+from backend.scheduling.controller import Controller
+from backend.streams.logs import LogStore
+from tests.conftest import Api, make_settings
+
+
+def connection(app: FastAPI) -> HTTPConnection:
+    return HTTPConnection({"type": "http", "app": app, "headers": []})
+
+
+def test_a_service_the_lifespan_has_not_built_is_named(tmp_path: Path) -> None:
+    app = create_app(make_settings("sqlite://", tmp_path))
+    with pytest.raises(
+        RuntimeError, match=r"app.state.controller should be a Controller, found nothing"
+    ):
+        deps.get_controller(connection(app))
+    app.state.logs = "not a log store"
+    with pytest.raises(RuntimeError, match=r"app.state.logs should be a LogStore, found str"):
+        deps.get_logs(connection(app))
+
+
+async def test_each_getter_returns_what_the_lifespan_built(api: Api) -> None:
+    app = api.app
+    assert isinstance(app, FastAPI)
+    at = connection(app)
+    assert isinstance(deps.get_controller(at), Controller)
+    # The log store is its own object, the one the controller writes to.
+    assert isinstance(deps.get_logs(at), LogStore)
+    assert deps.get_logs(at) is deps.get_controller(at).logs
+    for getter, name in [
+        (deps.get_settings, "settings"),
+        (deps.get_sessions, "sessions"),
+        (deps.get_ingestor, "ingestor"),
+        (deps.get_broker, "broker"),
+        (deps.get_runtime_links, "runtimes"),
+        (deps.get_hub, "hub"),
+    ]:
+        assert getter(at) is getattr(app.state, name)
