@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
+from backend.jobs.actions import EVALUATOR_STARTABLE, evaluator_active
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -43,7 +44,7 @@ async def request_evaluator(
 
 async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
     session = tx.session
-    if job.status.is_terminal:
+    if job.status not in EVALUATOR_STARTABLE:
         raise Conflict(f"job {job.id} is {job.status.value}; it has nothing left to evaluate")
     spec = JobSpec.model_validate(job.spec, strict=False)
     if not spec.checkpoint.saves:
@@ -51,9 +52,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
             f"job {job.id} writes no checkpoints (checkpoint.every_epochs and every_seconds "
             "are null), so a sidecar evaluator would have nothing to evaluate"
         )
-    if evaluator is not None and (
-        evaluator.status in LIVE_TASK_STATUSES or evaluator.status is TaskStatus.pending
-    ):
+    if evaluator is not None and evaluator_active(evaluator):
         raise Conflict(f"the evaluator of job {job.id} is already {evaluator.status.value}")
     if evaluator is None:
         evaluator = Task(
@@ -104,7 +103,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
 
 async def _stop(tx: Transaction, job: Job, evaluator: Task | None) -> None:
     session = tx.session
-    if evaluator is None or evaluator.status not in (*LIVE_TASK_STATUSES, TaskStatus.pending):
+    if evaluator is None or not evaluator_active(evaluator):
         raise Conflict(f"job {job.id} has no sidecar evaluator running")
     if evaluator.status in LIVE_TASK_STATUSES and evaluator.host is not None:
         tx.stop(evaluator.host.name, evaluator.key, "evaluator stopped by request", force=True)

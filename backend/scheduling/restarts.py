@@ -17,6 +17,7 @@ from sqlalchemy import select
 
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
+from backend.jobs.actions import RESTARTABLE, TASK_RESTARTABLE
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -126,11 +127,6 @@ async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision
     return Decision(True, reason)
 
 
-RESTARTABLE = frozenset(
-    {JobStatus.scheduled, JobStatus.running, JobStatus.restarting, JobStatus.failed}
-)
-
-
 async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
     """Re-place the whole job by request: every task gets a new attempt (and may move)."""
     job = await tx.session.get(Job, job_id)
@@ -150,7 +146,7 @@ async def request_task_restart(tx: Transaction, *, job_id: int, task_name: str) 
     job = await session.get(Job, job_id)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
-    if job.status not in (JobStatus.scheduled, JobStatus.running, JobStatus.restarting):
+    if job.status not in TASK_RESTARTABLE:
         raise Conflict(
             f"job {job_id} is {job.status.value}; tasks can be restarted only while it runs"
         )
