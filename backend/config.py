@@ -134,6 +134,12 @@ class Settings(BaseSettings):
     log_level: LogLevel = Field(
         default="info", description="The server's and uvicorn's: " + ", ".join(LOG_LEVELS) + "."
     )
+    # Off by default: the dashboard and `strata up` poll several times a second, and a line per
+    # request buries what matters (agents joining and leaving, jobs changing state).
+    access_log: bool = Field(
+        default=False,
+        description="Log a line for every HTTP request and websocket connection.",
+    )
     ui_dir: Path | None = Field(
         default=None,
         description="The built dashboard (index.html and assets), served at /ui/; "

@@ -46,7 +46,10 @@ class LocalCluster:
             host=self.settings.host,
             port=self.settings.port,
             log_level=self.settings.log_level,
-            log_config=server_log_config(self.settings.log_level),
+            log_config=server_log_config(
+                self.settings.log_level, access_log=self.settings.access_log
+            ),
+            access_log=self.settings.access_log,
             ws="websockets-sansio",
         )
         server = uvicorn.Server(config)

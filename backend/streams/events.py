@@ -2,10 +2,14 @@
 
 A session listener collects the JobEvent rows each flush inserts and publishes them after
 commit (dropping them on rollback), so no code that records an event has to remember to
-publish it, and nobody ever sees an event that was rolled back.
+publish it, and nobody ever sees an event that was rolled back. The same hook logs each job's
+submission and status changes at INFO: the server's console follows jobs without the access
+log, and never reports a change that was rolled back.
 """
 
 from __future__ import annotations
+
+import logging
 
 from pydantic import ValidationError
 from sqlalchemy import event
@@ -18,6 +22,11 @@ from backend.streams.frames import CheckpointFrame, EventFrame, StreamEvent
 
 PENDING = "strata.pending_events"
 BROKER = "strata.broker"
+# A reason can hold a failed task's last lines: the log gets its first line, this long at most.
+LOGGED_REASON_CHARS = 200
+
+# Named for what its lines are about: the console reads "backend.jobs: job 3 pending → ...".
+log = logging.getLogger("backend.jobs")
 
 
 def event_frame(row: JobEvent) -> EventFrame | CheckpointFrame:
@@ -68,9 +77,27 @@ def _publish(session: Session) -> None:
     if broker is None:
         return
     for row in rows:
+        log_job_event(row)
         frame = event_frame(row)
         broker.publish(job_topic(row.job_id), frame)
         broker.publish(CLUSTER_TOPIC, frame)
+
+
+def log_job_event(row: JobEvent) -> None:
+    """One line for a job's submission or status change; other events (restarts of a task,
+    checkpoints, requests) stay in the job's own event list."""
+    if row.kind == "created":
+        log.info("job %d %s", row.job_id, row.message)
+    elif row.kind == "status":
+        reason = (row.message or "").strip().splitlines()
+        said = reason[0][:LOGGED_REASON_CHARS] if reason else ""
+        log.info(
+            "job %d %s → %s%s",
+            row.job_id,
+            row.from_status,
+            row.to_status,
+            f": {said}" if said else "",
+        )
 
 
 @event.listens_for(PublishingSession, "after_rollback")
