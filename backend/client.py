@@ -1,14 +1,22 @@
-"""A small client for the REST API, used by the CLI (and handy in scripts)."""
+"""A small client for the REST API, used by the CLI (and handy in scripts). It answers with
+the server's own response models (JobRead, JobPage, HostRead, ...), read from the JSON."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 
 from agents.tls import CA_FILE_ENV, client_ssl
+from backend.checkpoints.schemas import CheckpointNow, CheckpointRead
+from backend.hosts.schemas import HostRead
+from backend.jobs.schemas import JobEventRead, JobPage, JobRead
+from backend.tokens.schemas import TokenCreated, TokenRead
+
+T = TypeVar("T")
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
@@ -30,14 +38,38 @@ class ServerUnreachable(Exception):
         super().__init__(f"{server}: {cause or type(cause).__name__}")
 
 
+class UnexpectedAnswer(ClientError):
+    """The server answered, but not with what the route declares (another server version?)."""
+
+    def __init__(self, method: str, path: str, status_code: int, exc: ValidationError) -> None:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "(body)"
+        super().__init__(
+            status_code,
+            f"unexpected answer to {method} {path}: {where}: {error['msg']}",
+            [],
+        )
+
+
 class StrataClient:
-    def __init__(self, server: str | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """`transport` replaces the network (tests, or an app served in-process)."""
         self.server = (server or os.environ.get("STRATA_SERVER") or DEFAULT_SERVER).rstrip("/")
         token = token or os.environ.get("STRATA_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         verify = client_ssl(self.server, os.environ.get(CA_FILE_ENV)) or True
         self._http = httpx.Client(
-            base_url=self.server, headers=headers, timeout=30.0, verify=verify
+            base_url=self.server,
+            headers=headers,
+            timeout=30.0,
+            verify=verify,
+            transport=transport,
         )
 
     def close(self) -> None:
@@ -49,7 +81,8 @@ class StrataClient:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, answer: TypeAdapter[T], **kwargs: Any) -> T:
+        """Send a request and read the answer as the schema the route declares."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -62,74 +95,79 @@ class StrataClient:
             raise ClientError(
                 response.status_code, str(body.get("detail")), list(body.get("errors", []))
             )
-        return response.json()
+        try:
+            return answer.validate_json(response.content)
+        except ValidationError as exc:
+            # A server of another version, or something else answering at that address.
+            raise UnexpectedAnswer(method, path, response.status_code, exc) from None
 
-    def submit(self, spec_path: Path) -> dict[str, Any]:
+    def submit(self, spec_path: Path) -> JobRead:
         content = spec_path.read_bytes()
         suffix = spec_path.suffix.lower()
         content_type = "application/json" if suffix == ".json" else "application/yaml"
-        result: dict[str, Any] = self._request(
-            "POST", "/jobs", content=content, headers={"Content-Type": content_type}
+        return self._request(
+            "POST", "/jobs", _JOB, content=content, headers={"Content-Type": content_type}
         )
-        return result
 
-    def jobs(self, *, statuses: list[str], limit: int, offset: int = 0) -> dict[str, Any]:
+    def jobs(self, *, statuses: list[str], limit: int, offset: int = 0) -> JobPage:
         params: dict[str, Any] = {"status": statuses, "limit": limit, "offset": offset}
-        result: dict[str, Any] = self._request("GET", "/jobs", params=params)
-        return result
+        return self._request("GET", "/jobs", _JOB_PAGE, params=params)
 
-    def job(self, job_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("GET", f"/jobs/{job_id}")
-        return result
+    def job(self, job_id: int) -> JobRead:
+        return self._request("GET", f"/jobs/{job_id}", _JOB)
 
-    def cancel(self, job_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("POST", f"/jobs/{job_id}/cancel")
-        return result
+    def cancel(self, job_id: int) -> JobRead:
+        return self._request("POST", f"/jobs/{job_id}/cancel", _JOB)
 
-    def restart(self, job_id: int, task: str | None = None) -> dict[str, Any]:
+    def restart(self, job_id: int, task: str | None = None) -> JobRead:
         path = f"/jobs/{job_id}/tasks/{task}/restart" if task else f"/jobs/{job_id}/restart"
-        result: dict[str, Any] = self._request("POST", path)
-        return result
+        return self._request("POST", path, _JOB)
 
-    def checkpoint(self, job_id: int, *, wait_seconds: float = 30.0) -> dict[str, Any]:
+    def checkpoint(self, job_id: int, *, wait_seconds: float = 30.0) -> CheckpointNow:
         """Checkpoint now: answers once the chief has written it."""
-        result: dict[str, Any] = self._request(
+        return self._request(
             "POST",
             f"/jobs/{job_id}/checkpoint",
+            _CHECKPOINT_NOW,
             params={"wait_seconds": wait_seconds},
             timeout=wait_seconds + 10.0,
         )
-        return result
 
-    def checkpoints(self, job_id: int, *, include_deleted: bool = False) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._request(
-            "GET", f"/jobs/{job_id}/checkpoints", params={"include_deleted": include_deleted}
+    def checkpoints(self, job_id: int, *, include_deleted: bool = False) -> list[CheckpointRead]:
+        return self._request(
+            "GET",
+            f"/jobs/{job_id}/checkpoints",
+            _CHECKPOINTS,
+            params={"include_deleted": include_deleted},
         )
-        return result
 
-    def evaluator(self, job_id: int, action: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._request(
-            "POST", f"/jobs/{job_id}/evaluator", json={"action": action}
-        )
-        return result
+    def evaluator(self, job_id: int, action: str) -> JobRead:
+        return self._request("POST", f"/jobs/{job_id}/evaluator", _JOB, json={"action": action})
 
-    def events(self, job_id: int) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._request("GET", f"/jobs/{job_id}/events")
-        return result
+    def events(self, job_id: int) -> list[JobEventRead]:
+        return self._request("GET", f"/jobs/{job_id}/events", _EVENTS)
 
-    def create_token(self, name: str, kind: str, expires_in_seconds: int | None) -> dict[str, Any]:
+    def create_token(self, name: str, kind: str, expires_in_seconds: int | None) -> TokenCreated:
         body = {"name": name, "kind": kind, "expires_in_seconds": expires_in_seconds}
-        result: dict[str, Any] = self._request("POST", "/tokens", json=body)
-        return result
+        return self._request("POST", "/tokens", _TOKEN_CREATED, json=body)
 
-    def tokens(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._request("GET", "/tokens")
-        return result
+    def tokens(self) -> list[TokenRead]:
+        return self._request("GET", "/tokens", _TOKENS)
 
-    def revoke_token(self, token_id: int) -> dict[str, Any]:
-        result: dict[str, Any] = self._request("DELETE", f"/tokens/{token_id}")
-        return result
+    def revoke_token(self, token_id: int) -> TokenRead:
+        return self._request("DELETE", f"/tokens/{token_id}", _TOKEN)
 
-    def hosts(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._request("GET", "/hosts")
-        return result
+    def hosts(self) -> list[HostRead]:
+        return self._request("GET", "/hosts", _HOSTS)
+
+
+# What each route answers (its response_model), read straight from the JSON.
+_JOB = TypeAdapter(JobRead)
+_JOB_PAGE = TypeAdapter(JobPage)
+_EVENTS = TypeAdapter(list[JobEventRead])
+_CHECKPOINT_NOW = TypeAdapter(CheckpointNow)
+_CHECKPOINTS = TypeAdapter(list[CheckpointRead])
+_TOKEN = TypeAdapter(TokenRead)
+_TOKEN_CREATED = TypeAdapter(TokenCreated)
+_TOKENS = TypeAdapter(list[TokenRead])
+_HOSTS = TypeAdapter(list[HostRead])

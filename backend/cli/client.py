@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from rich.table import Table
 
 from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
+from backend.jobs.spec import JobSpec
 from backend.sizes import human_size
 
 console = Console()
@@ -49,22 +50,22 @@ def connect(server: str | None, token: str | None) -> Iterator[StrataClient]:
         raise typer.Exit(1) from None
 
 
-def _age(timestamp: str | None) -> str:
-    if not timestamp:
+def _age(timestamp: datetime | None) -> str:
+    if timestamp is None:
         return "-"
-    seconds = int((datetime.now(UTC) - datetime.fromisoformat(timestamp)).total_seconds())
+    seconds = int((datetime.now(UTC) - timestamp).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{max(seconds, 0)}s"
 
 
-def _replicas(spec: dict[str, Any]) -> str:
-    counts = spec["replicas"]
+def _replicas(spec: JobSpec) -> str:
+    counts = spec.replicas
     return ", ".join(
-        f"{counts[role]['count']} {role}"
+        f"{getattr(counts, role).count} {role}"
         for role in ("chief", "worker", "ps", "evaluator")
-        if counts[role]["count"]
+        if getattr(counts, role).count
     )
 
 
@@ -82,9 +83,9 @@ def submit(
     with connect(server, token) as client:
         job = client.submit(spec)
         url = client.server
-    console.print(f"job [bold]{job['id']}[/bold] ({job['name']}) submitted: {job['status']}")
+    console.print(f"job [bold]{job.id}[/bold] ({job.name}) submitted: {job.status.value}")
     if follow_:
-        _follow_to_the_end(url, token, job["id"], None)
+        _follow_to_the_end(url, token, job.id, None)
 
 
 def _follow_to_the_end(server: str, token: str | None, job_id: int, task: str | None) -> None:
@@ -145,20 +146,20 @@ def jobs_ls(
     with connect(server, token) as client:
         page = client.jobs(statuses=status or [], limit=limit)
     table = Table("ID", "NAME", "STATUS", "STRATEGY", "REPLICAS", "RESTARTS", "AGE", "REASON")
-    for job in page["items"]:
+    for job in page.items:
         table.add_row(
-            str(job["id"]),
-            job["name"],
-            job["status"],
-            job["strategy"],
-            _replicas(job["spec"]),
-            str(job["restart_count"]),
-            _age(job["created_at"]),
-            job["reason"] or "",
+            str(job.id),
+            job.name,
+            job.status.value,
+            job.strategy,
+            _replicas(job.spec),
+            str(job.restart_count),
+            _age(job.created_at),
+            job.reason or "",
         )
     console.print(table)
-    if page["total"] > len(page["items"]):
-        console.print(f"showing {len(page['items'])} of {page['total']}")
+    if page.total > len(page.items):
+        console.print(f"showing {len(page.items)} of {page.total}")
 
 
 def jobs_show(
@@ -170,29 +171,29 @@ def jobs_show(
     with connect(server, token) as client:
         job = client.job(job_id)
         events = client.events(job_id)
-    console.print(f"[bold]job {job['id']}[/bold] {job['name']} ({job['strategy']})")
-    console.print(f"status: {job['status']}" + (f" — {job['reason']}" if job["reason"] else ""))
+    console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
+    console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
     tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "EXIT")
-    for task in job["tasks"]:
+    for task in job.tasks:
         tasks.add_row(
-            task["name"],
-            task["status"],
-            task["host"] or "-",
-            str(task["port"] or "-"),
-            ",".join(map(str, task["gpus"])) or "-",
-            str(task["pid"] or "-"),
-            str(task["attempt"]),
-            "-" if task["exit_code"] is None else str(task["exit_code"]),
+            task.name,
+            task.status.value,
+            task.host or "-",
+            str(task.port or "-"),
+            ",".join(map(str, task.gpus)) or "-",
+            str(task.pid or "-"),
+            str(task.attempt),
+            "-" if task.exit_code is None else str(task.exit_code),
         )
     console.print(tasks)
     timeline = Table("AT", "EVENT", "TASK", "MESSAGE")
     for event in events:
-        change = f"{event['from_status']} → {event['to_status']}" if event["to_status"] else ""
+        change = f"{event.from_status} → {event.to_status}" if event.to_status else ""
         timeline.add_row(
-            event["at"][11:19],
-            event["kind"] + (f" {change}" if change else ""),
-            event["task"] or "",
-            event["message"] or "",
+            event.at.strftime("%H:%M:%S"),
+            event.kind + (f" {change}" if change else ""),
+            event.task or "",
+            event.message or "",
         )
     console.print(timeline)
 
@@ -205,7 +206,7 @@ def jobs_cancel(
     """Cancel a job; its tasks are stopped."""
     with connect(server, token) as client:
         job = client.cancel(job_id)
-    console.print(f"job {job['id']} is {job['status']}")
+    console.print(f"job {job.id} is {job.status.value}")
 
 
 def jobs_restart(
@@ -223,7 +224,7 @@ def jobs_restart(
     with connect(server, token) as client:
         job = client.restart(job_id, task)
     what = f"{task} of job {job_id}" if task else f"job {job_id}"
-    console.print(f"restarting {what}: {job['status']}")
+    console.print(f"restarting {what}: {job.status.value}")
 
 
 def jobs_checkpoint(
@@ -237,11 +238,11 @@ def jobs_checkpoint(
     """Checkpoint a running job now (at its next step boundary) and say when it was written."""
     with connect(server, token) as client:
         answer = client.checkpoint(job_id, wait_seconds=wait)
-    checkpoint = answer["checkpoint"]
+    checkpoint = answer.checkpoint
     console.print(
-        f"checkpoint {checkpoint['name']} written by {answer['task']} at step "
-        f"{checkpoint['step']} in {answer['seconds']:.2f}s: {checkpoint['path']} "
-        f"({human_size(checkpoint['size_bytes'])})"
+        f"checkpoint {checkpoint.name} written by {answer.task} at step "
+        f"{checkpoint.step} in {answer.seconds:.2f}s: {checkpoint.path} "
+        f"({human_size(checkpoint.size_bytes)})"
     )
 
 
@@ -256,15 +257,15 @@ def jobs_checkpoints(
         found = client.checkpoints(job_id, include_deleted=all_)
     table = Table("NAME", "STEP", "EPOCH", "SIZE", "TRIGGER", "WRITTEN", "PATH")
     for row in found:
-        name = row["name"] + (" (deleted)" if row["deleted_at"] else "")
+        name = row.name + (" (deleted)" if row.deleted_at else "")
         table.add_row(
             name,
-            str(row["step"]),
-            "-" if row["epoch"] is None else str(row["epoch"]),
-            human_size(row["size_bytes"]),
-            row["trigger"] or "-",
-            _age(row["created_at"]),
-            row["path"],
+            str(row.step),
+            "-" if row.epoch is None else str(row.epoch),
+            human_size(row.size_bytes),
+            row.trigger or "-",
+            _age(row.created_at),
+            row.path,
         )
     console.print(table)
 
@@ -280,9 +281,9 @@ def jobs_evaluator(
         raise typer.BadParameter(f"expected start or stop, got {action!r}", param_hint="ACTION")
     with connect(server, token) as client:
         job = client.evaluator(job_id, action)
-    task = next((t for t in job["tasks"] if t["role"] == "evaluator"), None)
-    where = f" on {task['host']}" if task and task["host"] else ""
-    console.print(f"evaluator of job {job_id}: {task['status'] if task else 'none'}{where}")
+    task = next((t for t in job.tasks if t.role == "evaluator"), None)
+    where = f" on {task.host}" if task and task.host else ""
+    console.print(f"evaluator of job {job_id}: {task.status.value if task else 'none'}{where}")
 
 
 def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
@@ -291,15 +292,15 @@ def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
         found = client.hosts()
     table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "PORTS", "HEARTBEAT")
     for host in found:
-        devices = ", ".join(f"{d['index']}:{d['name']}" for d in host["devices"]) or "-"
-        low, high = host["port_range"]
+        devices = ", ".join(f"{d.index}:{d.name}" for d in host.devices) or "-"
+        low, high = host.port_range
         table.add_row(
-            host["name"],
-            host["address"],
-            host["status"],
+            host.name,
+            host.address,
+            host.status.value,
             devices,
             f"{low}-{high}",
-            f"{host['heartbeat_age_seconds']:.1f}s ago",
+            f"{host.heartbeat_age_seconds:.1f}s ago",
         )
     console.print(table)
 

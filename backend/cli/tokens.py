@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -25,6 +26,11 @@ def parse_duration(text: str) -> int:
     return int(found[1]) * _UNIT_SECONDS[found[2]]
 
 
+def _timestamp(at: datetime) -> str:
+    """To the second, as the server sends it (in UTC): 2026-11-23T19:20:31."""
+    return at.strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def create(
     name: Annotated[str, typer.Argument(help="Who or what holds it, e.g. grafana or alice.")],
     kind: Annotated[
@@ -40,8 +46,8 @@ def create(
     seconds = None if expires is None else parse_duration(expires)
     with connect(server, token) as client:
         created = client.create_token(name, kind, seconds)
-    console.print(f"token {created['id']} ({created['name']}, {created['kind']}) created")
-    console.print(created["token"], soft_wrap=True, markup=False)
+    console.print(f"token {created.id} ({created.name}, {created.kind}) created")
+    console.print(created.token, soft_wrap=True, markup=False)
     console.print("  it is shown only now: keep it somewhere safe")
 
 
@@ -51,14 +57,14 @@ def ls(server: ServerOption = None, token: TokenOption = None) -> None:
         found = client.tokens()
     table = Table("ID", "NAME", "KIND", "PREFIX", "CREATED", "EXPIRES", "STATE")
     for item in found:
-        state = "revoked" if item["revoked_at"] else ("active" if item["active"] else "expired")
+        state = "revoked" if item.revoked_at else ("active" if item.active else "expired")
         table.add_row(
-            str(item["id"]),
-            item["name"],
-            item["kind"],
-            item["prefix"] + "…",
-            item["created_at"][:19],
-            (item["expires_at"] or "never")[:19],
+            str(item.id),
+            item.name,
+            item.kind,
+            item.prefix + "…",
+            _timestamp(item.created_at),
+            _timestamp(item.expires_at) if item.expires_at else "never",
             state,
         )
     console.print(table)
@@ -72,7 +78,7 @@ def revoke(
     """Revoke a token: the server refuses it from the next request on."""
     with connect(server, token) as client:
         revoked = client.revoke_token(token_id)
-    console.print(f"token {revoked['id']} ({revoked['name']}) revoked")
+    console.print(f"token {revoked.id} ({revoked.name}) revoked")
 
 
 def register(app: typer.Typer) -> None:
