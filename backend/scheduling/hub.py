@@ -18,6 +18,7 @@ from agents.protocol import ServerMessage
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000
+TRY_AGAIN_LATER = 1013  # websocket close code: the agent reconnects
 
 
 class AgentConnection:
@@ -28,13 +29,19 @@ class AgentConnection:
         self.own_attempts: set[tuple[int, str, int]] = set()
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
         self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{host_name}")
+        self._closing: asyncio.Task[None] | None = None
 
     def send(self, message: ServerMessage) -> bool:
         try:
             self._queue.put_nowait(message)
         except asyncio.QueueFull:
-            log.warning("agent %s is not reading; closing its channel", self.host_name)
-            self._writer.cancel()
+            if self._closing is None:
+                log.warning("agent %s is not reading; closing its channel", self.host_name)
+                # Closed, not just left unwritten: the agent reconnects and its hello
+                # resynchronises it, where a silent socket would drop every later command.
+                self._closing = asyncio.create_task(
+                    self.close(TRY_AGAIN_LATER, f"over {QUEUE_LIMIT} commands unread")
+                )
             return False
         return True
 

@@ -359,6 +359,31 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
+         * CheckpointFrame
+         * @description A checkpoint was written (an event of kind `checkpoint`, with the checkpoint beside it).
+         */
+        CheckpointFrame: {
+            checkpoint: components["schemas"]["CheckpointRead"];
+            /**
+             * Cursor
+             * @description Where this subscriber is, after this frame; opaque. Subscribe with the last one seen to resume from there.
+             */
+            cursor: string;
+            /**
+             * Deleted
+             * @description Names of the checkpoints retention deleted.
+             */
+            deleted: string[];
+            event: components["schemas"]["StreamEvent"];
+            /** Job Id */
+            job_id: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "checkpoint";
+        };
+        /**
          * CheckpointNow
          * @description The answer to a checkpoint-now request: the checkpoint, and how long it took.
          */
@@ -499,6 +524,25 @@ export interface components {
              */
             action: "start" | "stop";
         };
+        /**
+         * EventFrame
+         * @description Something happened to a job: a status change, a restart, a request.
+         */
+        EventFrame: {
+            /**
+             * Cursor
+             * @description Where this subscriber is, after this frame; opaque. Subscribe with the last one seen to resume from there.
+             */
+            cursor: string;
+            event: components["schemas"]["StreamEvent"];
+            /** Job Id */
+            job_id: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "event";
+        };
         /** FieldIssueBody */
         FieldIssueBody: {
             /** Field */
@@ -512,6 +556,22 @@ export interface components {
             database: string;
             /** Status */
             status: string;
+        };
+        /**
+         * HistoryEndFrame
+         * @description History is over: what follows is live.
+         */
+        HistoryEndFrame: {
+            /**
+             * Cursor
+             * @description Where this subscriber is, after this frame; opaque. Subscribe with the last one seen to resume from there.
+             */
+            cursor: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "history_end";
         };
         /** HostRead */
         HostRead: {
@@ -749,6 +809,30 @@ export interface components {
              */
             mode: "min" | "max";
         };
+        /**
+         * LogFrame
+         * @description Log lines of one task attempt, from line number `first_line` on.
+         */
+        LogFrame: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Cursor
+             * @description Where this subscriber is, after this frame; opaque. Subscribe with the last one seen to resume from there.
+             */
+            cursor: string;
+            /** First Line */
+            first_line: number;
+            /** Lines */
+            lines: string[];
+            /** Task */
+            task: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "log";
+        };
         /** LogPage */
         LogPage: {
             /** Attempt */
@@ -761,6 +845,39 @@ export interface components {
             task: string;
             /** Total Lines */
             total_lines: number;
+        };
+        /**
+         * MetricsFrame
+         * @description Metric points of one task attempt, columnar per metric name.
+         */
+        MetricsFrame: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Cursor
+             * @description Where this subscriber is, after this frame; opaque. Subscribe with the last one seen to resume from there.
+             */
+            cursor: string;
+            /**
+             * Last Seq
+             * @description The highest sequence number in this frame.
+             */
+            last_seq: number;
+            /** Series */
+            series: {
+                [key: string]: [
+                    number[],
+                    (number | null)[],
+                    number[]
+                ];
+            };
+            /** Task */
+            task: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "metrics";
         };
         /** MetricsRead */
         MetricsRead: {
@@ -847,6 +964,56 @@ export interface components {
             values: (number | null)[];
             /** Wall Times */
             wall_times: number[];
+        };
+        /**
+         * StreamEvent
+         * @description A job event as streams carry it: the fields of `JobEventRead`.
+         */
+        StreamEvent: {
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Data */
+            data: {
+                [key: string]: unknown;
+            };
+            /** From Status */
+            from_status: string | null;
+            /** Id */
+            id: number;
+            /** Kind */
+            kind: string;
+            /** Message */
+            message: string | null;
+            /** Task */
+            task: string | null;
+            /** To Status */
+            to_status: string | null;
+        };
+        /**
+         * StreamFrame
+         * @description Any frame the server sends on `/jobs/{id}/stream` (all kinds) or `/stream` (events
+         *     and checkpoints of every job, then `history_end`).
+         */
+        StreamFrame: components["schemas"]["EventFrame"] | components["schemas"]["CheckpointFrame"] | components["schemas"]["MetricsFrame"] | components["schemas"]["LogFrame"] | components["schemas"]["HistoryEndFrame"];
+        /**
+         * Subscribe
+         * @description The first (and only) frame a client sends on a stream.
+         */
+        Subscribe: {
+            /**
+             * Cursor
+             * @description The last cursor seen, to resume after it; null for all the history.
+             * @default null
+             */
+            cursor: string | null;
+            /**
+             * Type
+             * @constant
+             */
+            type: "subscribe";
         };
         /** TaskRead */
         TaskRead: {

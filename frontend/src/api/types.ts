@@ -1,5 +1,5 @@
-// Names for the server's schemas (generated from openapi.json into schema.d.ts) and the
-// websocket frames, which OpenAPI does not describe (docs/architecture.md, "Live streams").
+// Names for the server's schemas, generated from openapi.json into schema.d.ts: the REST
+// answers and the websocket frames (docs/architecture.md, "Live streams").
 import type { components } from "./schema";
 
 type Schemas = components["schemas"];
@@ -42,43 +42,16 @@ export interface ErrorBody {
   errors?: FieldIssue[];
 }
 
+// The stream frames (backend/streams/frames.py; in openapi.json through document_frames).
 /** An event as it travels on a stream (the same fields as JobEventRead). */
-export type StreamEvent = JobEvent;
-
-export interface EventFrame {
-  type: "event";
-  job_id: number;
-  event: StreamEvent;
-  cursor: string;
-}
+export type StreamEvent = Schemas["StreamEvent"];
+export type EventFrame = Schemas["EventFrame"];
+export type MetricsFrame = Schemas["MetricsFrame"];
 /** Columnar series per metric name: [[steps], [values (null = NaN)], [wall times]]. */
-export type Columns = [number[], (number | null)[], number[]];
-export interface MetricsFrame {
-  type: "metrics";
-  task: string;
-  attempt: number;
-  last_seq: number;
-  series: Record<string, Columns>;
-  cursor: string;
-}
-export interface LogFrame {
-  type: "log";
-  task: string;
-  attempt: number;
-  first_line: number;
-  lines: string[];
-  cursor: string;
-}
-export interface CheckpointFrame {
-  type: "checkpoint";
-  job_id: number;
-  checkpoint: Checkpoint;
-  deleted: string[];
-  event: StreamEvent;
-  cursor: string;
-}
-export interface HistoryEndFrame {
-  type: "history_end";
-  cursor: string;
-}
-export type StreamFrame = EventFrame | MetricsFrame | LogFrame | CheckpointFrame | HistoryEndFrame;
+export type Columns = MetricsFrame["series"][string];
+export type LogFrame = Schemas["LogFrame"];
+export type CheckpointFrame = Schemas["CheckpointFrame"];
+export type HistoryEndFrame = Schemas["HistoryEndFrame"];
+export type StreamFrame = Schemas["StreamFrame"];
+/** The one frame a client sends: the first, with the last cursor it saw (null: all history). */
+export type Subscribe = Schemas["Subscribe"];

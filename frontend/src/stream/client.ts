@@ -1,7 +1,7 @@
 // One live stream (a job's, or the cluster's) over a websocket: subscribe with the last
 // cursor, apply frames once, and reconnect by itself with exponential backoff and jitter,
 // resuming where it stopped. The socket and the clock can be replaced in tests.
-import type { StreamFrame } from "../api/types";
+import type { StreamFrame, Subscribe } from "../api/types";
 import { FrameFilter } from "./dedupe";
 
 export interface SocketLike {
@@ -128,7 +128,8 @@ export class StreamClient {
     }
     this.socket = socket;
     socket.onopen = () => {
-      socket.send(JSON.stringify({ type: "subscribe", cursor: this.cursor }));
+      const subscribe: Subscribe = { type: "subscribe", cursor: this.cursor };
+      socket.send(JSON.stringify(subscribe));
       this.setState({ kind: "loading" });
     };
     socket.onmessage = (event) => this.receive(event.data);
