@@ -7,7 +7,7 @@ PIP_VERSION := 26.3
 
 UI_SOURCES := $(shell find frontend/src frontend/index.html frontend/package.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: install ui up test lint bench check-python clean
+.PHONY: install ui up test check lint bench check-python clean
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Strata needs Python 3.11; set PYTHON=/path/to/python3.11")'
@@ -34,10 +34,14 @@ ui: frontend/dist/index.html
 up: install ui
 	$(BIN)/strata up --demo
 
-## Lint, type-check and run the whole test suite (STRATA_TEST_STRICT=1 turns skips into failures).
+## Lint, type-check and run the whole test suite with branch coverage (STRATA_TEST_STRICT=1 turns skips into failures).
 test: install ui lint
 	cd frontend && npm run check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --cov --cov-report=term:skip-covered
+
+## The inner loop, under 3 minutes: lint, type-check and the tests without TensorFlow, a browser or Docker.
+check: lint
+	$(BIN)/pytest -q -m "not e2e and not slow"
 
 ## Run every benchmark (QUICK=1 for the short versions), draw the plots, render docs/benchmarks.md.
 bench: install

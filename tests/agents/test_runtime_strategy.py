@@ -150,6 +150,7 @@ def test_import_is_cheap_and_selects_tf_keras() -> None:
     assert result.stdout.strip() == "1"
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_mirrored_strategy_is_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STRATA_STRATEGY", "mirrored")
     monkeypatch.setenv("TF_CONFIG", tf_config({"chief": ["127.0.0.1:1"]}, "chief"))
@@ -159,6 +160,7 @@ def test_mirrored_strategy_is_built_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert runtime.strategy() is built
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_evaluator_gets_the_default_strategy(monkeypatch: pytest.MonkeyPatch) -> None:
     import tensorflow as tf
 

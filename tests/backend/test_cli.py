@@ -14,6 +14,9 @@ from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
 from tests.support.processes import STRATA, strata_server
 
+# Every command is a fresh `strata` process: too slow for `make check`.
+pytestmark = pytest.mark.slow
+
 TOKENS = {"STRATA_API_TOKEN": ADMIN_TOKEN, "STRATA_AGENT_TOKEN": AGENT_TOKEN}
 
 

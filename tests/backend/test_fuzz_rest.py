@@ -48,6 +48,8 @@ from backend.streams.models import MetricPoint
 from tests.conftest import ADMIN_TOKEN, Api, make_settings
 from tests.support.factories import make_host, make_spec
 
+pytestmark = pytest.mark.slow  # hundreds of generated requests per operation
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
