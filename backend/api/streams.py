@@ -37,6 +37,9 @@ from backend.streams.frames import (
 )
 from backend.streams.history import advance, job_history
 
+# Subscribe is defined with the other frames; it is also this router's to export.
+__all__ = ["Subscribe", "document_frames", "router"]
+
 router = APIRouter()
 
 CLUSTER_HISTORY_EVENTS = 200
