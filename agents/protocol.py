@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from agents.vocabulary import TaskNameText
+
 PROTOCOL_VERSION = 1
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 MAX_LOG_BATCH = 1_000  # lines per task_logs message
@@ -41,7 +43,7 @@ class TaskKey(_Message):
     """One run of one task: a restart is a new attempt with a new key."""
 
     job_id: int = Field(ge=1, le=MAX_INT32)
-    task: str = Field(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")
+    task: TaskNameText  # "worker:1"
     attempt: int = Field(ge=0, le=MAX_INT32)
 
 
@@ -78,7 +80,7 @@ class Hello(_Message):
     """The first frame: who the agent is, what it offers, and what it still runs."""
 
     type: Literal["hello"] = "hello"
-    protocol: int = PROTOCOL_VERSION
+    protocol: int = PROTOCOL_VERSION  # the server refuses an agent that speaks another
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     address: str = Field(min_length=1, max_length=255)  # how other hosts reach its tasks
     port_range: tuple[Port, Port]
@@ -196,7 +198,7 @@ class TaskHello(_Message):
     """First frame of a runtime: which task attempt it is (the token names the job)."""
 
     type: Literal["task_hello"] = "task_hello"
-    task: str = Field(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")
+    task: TaskNameText  # "worker:1"
     attempt: int = Field(ge=0, le=MAX_INT32)
 
 
@@ -262,11 +264,12 @@ class Ack(_Message):
 
 
 class Command(_Message):
-    """A control command for the training process (checkpoint now, stop)."""
+    """A control command for the training process: checkpoint now. (A task is stopped by its
+    agent, with SIGTERM to its process group, not through the runtime.)"""
 
     type: Literal["command"] = "command"
     id: int
-    action: Literal["checkpoint", "stop"]
+    action: Literal["checkpoint"]
 
 
 class CheckpointAck(_Message):

@@ -9,12 +9,12 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from agents.environment import TaskEnvironment, TaskEnvironmentError
 from agents.host.lines import LineSplitter
 from agents.protocol import StartTask, TaskExit, TaskKey
-from agents.tls import CA_FILE_ENV
 
 TAIL_LINES = 30
 PR_SET_PDEATHSIG = 1
@@ -57,6 +57,23 @@ def resolve_argv(argv: list[str]) -> list[str]:
     return [sys.executable, *argv[1:]] if argv[0] in PYTHON_NAMES else list(argv)
 
 
+def task_env(
+    inherited: Mapping[str, str], start_env: Mapping[str, str], server_url: str, ca_file: str | None
+) -> dict[str, str]:
+    """A task's environment: the agent's own less its credentials, the start message's
+    variables, then what only the agent knows: where the server is and which CA to trust
+    (the task's runtime trusts the server as the agent does)."""
+    try:
+        TaskEnvironment.from_env(start_env)
+    except TaskEnvironmentError as exc:
+        raise LaunchError(f"the task environment in the start message is unusable: {exc}") from None
+    env = {k: v for k, v in inherited.items() if k not in WITHHELD_ENV}
+    env.update(start_env)
+    env.update(TaskEnvironment(server=server_url, ca_file=ca_file).to_env())
+    env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
+    return env
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     # If the agent itself is killed, the kernel sends the task SIGKILL: no orphaned servers.
     with contextlib.suppress(Exception):
@@ -83,12 +100,7 @@ class TaskProcess:
         self, command: StartTask, workspace: Path, server_url: str, ca_file: str | None = None
     ) -> None:
         cwd = resolve_working_dir(workspace, command.working_dir)
-        env = {k: v for k, v in os.environ.items() if k not in WITHHELD_ENV}
-        env.update(command.env)
-        env["STRATA_SERVER"] = server_url
-        if ca_file is not None:  # the task's runtime trusts the server as the agent does
-            env[CA_FILE_ENV] = ca_file
-        env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
+        env = task_env(os.environ, command.env, server_url, ca_file)
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *resolve_argv(command.argv),

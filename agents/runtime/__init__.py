@@ -24,14 +24,15 @@ import logging
 import os
 from typing import Any
 
+from agents.environment import prefer_tf_keras
 from agents.runtime import callbacks as _callbacks_module  # noqa: F401  (see callbacks())
 from agents.runtime import cluster
 from agents.runtime.cluster import ClusterConfigError, StrategyName, strategy_name
 from agents.runtime.strategy import Strategy, build_strategy, default_strategy
+from agents.vocabulary import Role
 
-# tf.keras must resolve to tf_keras (Keras 3 cannot fit under ParameterServerStrategy). Set
-# before anything here imports TensorFlow; a value the user chose is left alone.
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# Before anything here imports TensorFlow; a value the user chose is left alone.
+prefer_tf_keras(os.environ)
 
 __all__ = [
     "ClusterConfigError",
@@ -74,11 +75,12 @@ def strategy() -> Strategy:
 
 def _build_strategy() -> Strategy:
     task_role = cluster.role()
-    if task_role == "evaluator":
+    if task_role == Role.evaluator:
         return default_strategy()
     name = strategy_name()
     config = cluster.tf_config()
-    if name == "parameter_server" and task_role in ("worker", "ps") and config is not None:
+    serves_only = task_role in (Role.worker, Role.ps)
+    if name == StrategyName.parameter_server and serves_only and config is not None:
         from agents.runtime.server import serve
 
         serve(config)

@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agents.environment import TaskEnvironment
 from agents.runtime.values import sanitize_name
 
 log = logging.getLogger("strata.runtime")
 
-POLICY_ENV = "STRATA_CHECKPOINT_POLICY"
+POLICY_ENV = TaskEnvironment.variable("checkpoint_policy")
 
 Mode = Literal["min", "max"]
 

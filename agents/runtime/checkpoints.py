@@ -40,7 +40,7 @@ there (the first is ignored with a warning, the second answered with command_fai
 A failed save logs a warning (and answers the command it served with command_failed);
 training goes on. The batch hook costs an increment, a flag check and a clock compare.
 
-This module imports only the standard library; TensorFlow and tf_keras are imported when a
+This module imports no TensorFlow: TensorFlow and tf_keras are imported when a
 callback is built or used (`StrataCheckpoints` is built on attribute access).
 """
 
@@ -58,15 +58,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from agents.environment import TaskEnvironment
 from agents.runtime import values as tfvalues
 from agents.runtime.checkpoint_policy import (
-    POLICY_ENV,
     Candidate,
     CheckpointPolicy,
     checkpoints_to_keep,
     parse_policy,
 )
+from agents.runtime.cluster import task_environment
 from agents.runtime.values import sanitize_name
+from agents.vocabulary import Role
 
 if TYPE_CHECKING:
     from agents.protocol import CheckpointSaved, Command
@@ -74,7 +76,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("strata.runtime")
 
-DIR_ENV = "STRATA_CHECKPOINT_DIR"
+DIR_ENV = TaskEnvironment.variable("checkpoint_dir")
 BACKUP_SUBDIR = "backup"  # BackupAndRestore's dir, inside the checkpoint dir
 MANIFEST = "strata-checkpoints.json"
 MAX_METRICS = 200
@@ -100,8 +102,7 @@ _ITERATION_KEYS = (
 
 def checkpoint_dir(env: Mapping[str, str] | None = None) -> str | None:
     """The job's checkpoint dir (STRATA_CHECKPOINT_DIR), or None outside Strata."""
-    value = (os.environ if env is None else env).get(DIR_ENV, "").strip()
-    return value or None
+    return task_environment(env).checkpoint_dir
 
 
 # --- checkpoint-now: commands from the sender thread -----------------------------------------
@@ -522,14 +523,14 @@ def _update_state(directory: str, latest: str, kept: Sequence[str]) -> None:
 def _local_cpu(strategy: Any) -> str:
     """This task's CPU as a device name (the coordinator's, under parameter_server)."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None) or "chief"
+    task_type = getattr(resolver, "task_type", None) or Role.chief
     task_id = getattr(resolver, "task_id", None) or 0
     return f"/job:{task_type}/replica:0/task:{task_id}/device:CPU:0"
 
 
 def _task_label() -> str:
-    task = os.environ.get("STRATA_TASK", "").strip()
-    return re.sub(r"[^A-Za-z0-9_]", "_", task) if task else str(os.getpid())
+    task = task_environment().task
+    return f"{task.role}_{task.index}" if task is not None else str(os.getpid())
 
 
 # --- the callbacks ---------------------------------------------------------------------------
@@ -626,7 +627,7 @@ def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | No
     directory = checkpoint_dir()
     if directory is None:
         return None
-    policy = parse_policy(os.environ.get(POLICY_ENV))
+    policy = parse_policy(task_environment().checkpoint_policy)
     backup = backup_and_restore(directory, policy.backup_every_seconds)
     return backup, strata_checkpoints_class()(directory, policy, sink=sink)
 

@@ -10,19 +10,24 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
 
-StrategyName = Literal["mirrored", "multi_worker_mirrored", "parameter_server"]
-STRATEGY_NAMES: tuple[StrategyName, ...] = get_args(StrategyName)
+from agents.environment import TaskEnvironment, TaskEnvironmentError
+from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 
-# Roles that are part of the training cluster. The evaluator never is: a coordinator that
-# sees it in the cluster spec tries to connect to it and can hang.
-TRAINING_ROLES = ("chief", "worker", "ps")
-ROLES = (*TRAINING_ROLES, "evaluator")
+# The runtime's public name for a job's strategy (runtime.strategy_name() returns one).
+StrategyName = Strategy
 
 
 class ClusterConfigError(ValueError):
     """TF_CONFIG or a STRATA_* variable that cannot describe a task of a job."""
+
+
+def task_environment(env: Mapping[str, str] | None = None) -> TaskEnvironment:
+    """What the agent told this task (nothing, for a script run by hand)."""
+    try:
+        return TaskEnvironment.from_env(os.environ if env is None else env)
+    except TaskEnvironmentError as exc:
+        raise ClusterConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,8 @@ def parse_tf_config(raw: str) -> TFConfig:
 
 def tf_config(env: Mapping[str, str] | None = None) -> TFConfig | None:
     """This task's TF_CONFIG, or None for a script run by hand without one."""
-    raw = (os.environ if env is None else env).get("TF_CONFIG", "").strip()
-    return parse_tf_config(raw) if raw else None
+    raw = task_environment(env).tf_config
+    return parse_tf_config(raw) if raw is not None else None
 
 
 def role(env: Mapping[str, str] | None = None) -> str:
@@ -96,35 +101,23 @@ def role(env: Mapping[str, str] | None = None) -> str:
     STRATA_TASK (set by the agent, "worker:1") wins over TF_CONFIG; a process with neither is a
     single script run by hand, which is its own chief.
     """
-    env = os.environ if env is None else env
-    task = env.get("STRATA_TASK", "").strip()
-    if task:
-        name, sep, index = task.partition(":")
-        if not sep or name not in ROLES or not index.isdigit():
-            raise ClusterConfigError(
-                f"STRATA_TASK={task!r} is not role:index with a role in {', '.join(ROLES)}"
-            )
-        return name
+    told = task_environment(env)
+    if told.task is not None:
+        return told.task.role
     config = tf_config(env)
-    return config.task_type if config is not None else "chief"
+    return config.task_type if config is not None else Role.chief
 
 
-def strategy_name(env: Mapping[str, str] | None = None) -> StrategyName:
+def strategy_name(env: Mapping[str, str] | None = None) -> Strategy:
     """The job's strategy: STRATA_STRATEGY, or inferred from TF_CONFIG for a hand-run script."""
-    env = os.environ if env is None else env
-    named = env.get("STRATA_STRATEGY", "").strip()
-    if named:
-        for candidate in STRATEGY_NAMES:
-            if candidate == named:
-                return candidate
-        raise ClusterConfigError(
-            f"STRATA_STRATEGY={named!r} is not one of {', '.join(STRATEGY_NAMES)}"
-        )
+    told = task_environment(env)
+    if told.strategy is not None:
+        return told.strategy
     config = tf_config(env)
     if config is None:
-        return "mirrored"
-    if config.cluster.get("ps"):
-        return "parameter_server"
+        return Strategy.mirrored
+    if config.cluster.get(Role.ps):
+        return Strategy.parameter_server
     if config.training_tasks > 1:
-        return "multi_worker_mirrored"
-    return "mirrored"
+        return Strategy.multi_worker_mirrored
+    return Strategy.mirrored

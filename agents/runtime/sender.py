@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from agents.environment import TaskEnvironment, TaskEnvironmentError
 from agents.protocol import (
     MAX_POINTS_PER_BATCH,
     METRIC_NAME_PATTERN,
@@ -70,7 +71,8 @@ __all__ = [
 
 log = logging.getLogger("strata.runtime")
 
-ENV_VARS = ("STRATA_SERVER", "STRATA_TASK_TOKEN", "STRATA_TASK", "STRATA_ATTEMPT")
+# What a task needs to report (TaskEnvironment fields); without one of them it reports nothing.
+SENDER_FIELDS = ("server", "task_token", "task", "attempt")
 DEFAULT_CAPACITY = 100_000
 BATCH_INTERVAL = 0.1  # seconds between batches while points keep coming
 BACKOFF_MIN = 0.5
@@ -85,7 +87,6 @@ MAX_STEP = 2**62
 POLICY_VIOLATION = 1008  # the server's close code for a refused token or task
 
 _NAME = re.compile(METRIC_NAME_PATTERN)
-_TASK = re.compile(r"^(chief|worker|ps|evaluator):\d{1,4}$")
 
 CommandHook = Callable[[Command], None]
 
@@ -133,7 +134,7 @@ def task_channel_url(server: str) -> str:
     parts = urlsplit(text if "://" in text else f"http://{text}")
     scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme.lower())
     if scheme is None or not parts.netloc:
-        raise ValueError(f"STRATA_SERVER={server!r} is not an http(s) URL")
+        raise ValueError(f"{TaskEnvironment.variable('server')}={server!r} is not an http(s) URL")
     return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + "/tasks/connect", "", ""))
 
 
@@ -547,22 +548,18 @@ class MetricSender:
 
 def from_env(env: Mapping[str, str] | None = None, **options: Any) -> MetricSink:
     """A sender for this task, or a NullSender when the environment does not name one."""
-    env = os.environ if env is None else env
-    values = {name: env.get(name, "").strip() for name in ENV_VARS}
-    missing = [name for name, value in values.items() if not value]
-    if missing:
+    try:
+        told = TaskEnvironment.from_env(os.environ if env is None else env)
+    except TaskEnvironmentError as exc:
+        log.warning("strata: metrics off: %s", exc)
+        return NullSender()
+    server, token, task, attempt = told.server, told.task_token, told.task, told.attempt
+    if server is None or token is None or task is None or attempt is None:
+        missing = [TaskEnvironment.variable(f) for f in SENDER_FIELDS if getattr(told, f) is None]
         log.debug("strata: metrics off (%s not set)", ", ".join(missing))
         return NullSender()
     try:
-        url = task_channel_url(values["STRATA_SERVER"])
-        if not _TASK.match(values["STRATA_TASK"]):
-            raise ValueError(f"STRATA_TASK={values['STRATA_TASK']!r} is not role:index")
-        attempt = int(values["STRATA_ATTEMPT"])
-        if attempt < 0:
-            raise ValueError(f"STRATA_ATTEMPT={attempt} is negative")
-        return MetricSender(
-            url, values["STRATA_TASK_TOKEN"], values["STRATA_TASK"], attempt, **options
-        )
+        return MetricSender(task_channel_url(server), token, str(task), attempt, **options)
     except Exception as exc:
         log.warning("strata: metrics off: %s", exc)
         return NullSender()

@@ -21,7 +21,9 @@ import time
 from types import FrameType
 from typing import Any, NoReturn
 
+from agents.environment import prefer_tf_keras
 from agents.runtime.cluster import ClusterConfigError, TFConfig, tf_config
+from agents.vocabulary import Role
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -51,12 +53,14 @@ def exit_on_stop_signals(name: str) -> None:
 
 def start_server(config: TFConfig) -> Any:
     """Starts the gRPC server for this task; returns the `tf.distribute.Server`."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    prefer_tf_keras(os.environ)
     import tensorflow as tf
 
     # The evaluator is never part of the training cluster (see cluster.TRAINING_ROLES); keep it
     # out even if a TF_CONFIG names it, or the coordinator would try to reach it.
-    cluster = {name: list(addrs) for name, addrs in config.cluster.items() if name != "evaluator"}
+    cluster = {
+        name: list(addrs) for name, addrs in config.cluster.items() if name != Role.evaluator
+    }
     return tf.distribute.Server(
         tf.train.ClusterSpec(cluster),
         job_name=config.task_type,

@@ -10,7 +10,9 @@ import os
 import sys
 from typing import Any, TypeAlias
 
+from agents.environment import prefer_tf_keras
 from agents.runtime.cluster import StrategyName, TFConfig
+from agents.vocabulary import Role
 
 # tf.distribute.Strategy; TensorFlow ships no type information, so to mypy it is Any anyway.
 Strategy: TypeAlias = Any
@@ -22,7 +24,7 @@ MIN_SHARD_BYTES = 256 << 10
 
 def import_tensorflow() -> Any:
     """Imports TensorFlow with tf_keras as its Keras (Keras 3 cannot fit under PSS)."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    prefer_tf_keras(os.environ)
     import tensorflow as tf
 
     return tf
@@ -36,7 +38,7 @@ def build_strategy(name: StrategyName, config: TFConfig | None) -> Strategy:
     number of ps tasks.
     """
     tf = import_tensorflow()
-    if name == "mirrored":
+    if name == StrategyName.mirrored:
         # One process, all its local devices; TF_CONFIG (a one-task cluster) is not consulted.
         return tf.distribute.MirroredStrategy()
     if config is None:
@@ -50,9 +52,9 @@ def build_strategy(name: StrategyName, config: TFConfig | None) -> Strategy:
         file=sys.stderr,
         flush=True,
     )
-    if name == "multi_worker_mirrored":
+    if name == StrategyName.multi_worker_mirrored:
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-    num_ps = len(config.cluster.get("ps", ()))
+    num_ps = len(config.cluster.get(Role.ps, ()))
     partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
         min_shard_bytes=MIN_SHARD_BYTES, max_shards=max(num_ps, 1)
     )

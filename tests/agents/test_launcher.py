@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from agents.host.launcher import LaunchError, TaskProcess, resolve_argv, resolve_working_dir
+from agents.environment import TaskEnvironment
+from agents.host.launcher import (
+    WITHHELD_ENV,
+    LaunchError,
+    TaskProcess,
+    resolve_argv,
+    resolve_working_dir,
+    task_env,
+)
 from agents.protocol import StartTask, TaskKey
+from agents.vocabulary import Role, Strategy, TaskName
 
 KEY = TaskKey(job_id=1, task="chief:0", attempt=0)
 
@@ -140,4 +149,31 @@ async def test_spawn_refuses_an_escaping_working_dir_and_runs_nothing(tmp_path: 
         await process.spawn(
             command("touch", str(marker), working_dir="../"), tmp_path / "ws", "http://x"
         )
+    assert not marker.exists()
+
+
+def test_a_task_env_is_the_agents_less_credentials_plus_the_start_message_and_the_server() -> None:
+    inherited = {"PATH": "/bin", "PYTHONUNBUFFERED": "0"} | {
+        name: "secret" for name in WITHHELD_ENV
+    }
+    told = TaskEnvironment(
+        job_id=3, task=TaskName(Role.ps, 0), attempt=1, strategy=Strategy.parameter_server
+    )
+    env = task_env(inherited, {**told.to_env(), "MINE": "yes"}, "http://s.test", "/ca.pem")
+    assert not set(WITHHELD_ENV) & set(env)
+    assert env["PATH"] == "/bin" and env["MINE"] == "yes"
+    assert env["PYTHONUNBUFFERED"] == "0"  # the agent's choice stays
+    read = TaskEnvironment.from_env(env)
+    assert read == told.model_copy(update={"server": "http://s.test", "ca_file": "/ca.pem"})
+    # Without a CA file of its own the agent hands on none.
+    assert TaskEnvironment.from_env(task_env({}, {}, "http://s.test", None)).ca_file is None
+    assert task_env({}, {}, "http://s.test", None)["PYTHONUNBUFFERED"] == "1"
+
+
+async def test_an_unusable_task_environment_starts_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    process = TaskProcess(KEY, lambda _key, _lines: None)
+    start = command("touch", str(marker), env={"STRATA_TASK": "boss:0", "STRATA_ATTEMPT": "x"})
+    with pytest.raises(LaunchError, match=r"STRATA_TASK='boss:0'.*STRATA_ATTEMPT='x'"):
+        await process.spawn(start, tmp_path, "http://x")
     assert not marker.exists()

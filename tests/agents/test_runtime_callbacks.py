@@ -562,4 +562,4 @@ def test_watch_coordinator_is_off_without_reporting(monkeypatch: pytest.MonkeyPa
 def test_command_hooks_exist_on_every_sink() -> None:
     sink = sender_module.NullSender()
     sink.on_command(lambda command: None)
-    assert Command(id=1, action="stop").action == "stop"
+    assert Command(id=1, action="checkpoint").action == "checkpoint"
