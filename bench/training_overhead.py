@@ -34,6 +34,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
+from agents.environment import TaskEnvironment
+from agents.vocabulary import Role, Strategy, TaskName
 from bench import profiling, report
 from bench.harness import (
     REPO,
@@ -53,7 +55,6 @@ PYTHON = sys.executable
 TARGET = 0.98  # streaming keeps at least 98% of plain steps/s
 PROFILE_SECONDS = 5.0  # sampled from the first epoch line: within the timed window
 EPOCH_LINE = re.compile(r"^epoch=(\d+) loss=")
-STREAMING_ENV = ("STRATA_SERVER", "STRATA_TASK", "STRATA_ATTEMPT", "STRATA_TASK_TOKEN")
 JOB_SPEC: dict[str, Any] = {
     "name": "digits-bench",
     "strategy": "parameter_server",
@@ -95,18 +96,16 @@ def _task_env(
     base: dict[str, str], cluster: dict[str, list[str]], role: str, index: int
 ) -> dict[str, str]:
     config = {"cluster": cluster, "task": {"type": role, "index": index}}
-    return {**base, "TF_CONFIG": json.dumps(config)}
+    return {**base, **TaskEnvironment(tf_config=json.dumps(config)).to_env()}
 
 
 def plain_env() -> dict[str, str]:
     """The README's recipe, with every STRATA_* variable of ours removed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
-    return env | {
-        "STRATA_STRATEGY": "parameter_server",
-        "TF_USE_LEGACY_KERAS": "1",
-        "GRPC_FAIL_FAST": "use_caller",
-        "PYTHONUNBUFFERED": "1",
-    }
+    recipe = TaskEnvironment(
+        strategy=Strategy.parameter_server, legacy_keras="1", grpc_fail_fast="use_caller"
+    )
+    return env | recipe.to_env() | {"PYTHONUNBUFFERED": "1"}
 
 
 def _terminate(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -242,13 +241,13 @@ def run_variant(
         job_id = None
         if streaming:
             job_id = stack.enter_context(server.job(JOB_SPEC))
-            env |= {
-                "STRATA_SERVER": server.url,
-                "STRATA_TASK": "chief:0",
-                "STRATA_ATTEMPT": "0",
-                "STRATA_TASK_TOKEN": server.task_token(job_id),
-                "STRATA_JOB_ID": str(job_id),
-            }
+            env |= TaskEnvironment(
+                server=server.url,
+                task=TaskName(Role.chief, 0),
+                attempt=0,
+                task_token=server.task_token(job_id),
+                job_id=job_id,
+            ).to_env()
         servers = stack.enter_context(task_servers(cluster, env, logs))
         groups = {
             "tf_servers": [p.pid for p in servers],  # the workers and the ps

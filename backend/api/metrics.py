@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import StringConstraints
 
 from agents.protocol import METRIC_NAME_PATTERN
+from agents.vocabulary import TaskNameText
 from backend.api.deps import ReaderPrincipal, SessionDep
 from backend.api.jobs import JobId
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
@@ -32,7 +33,7 @@ async def read_metrics(
         list[Annotated[str, StringConstraints(pattern=METRIC_NAME_PATTERN)]],
         Query(max_length=100, description="Only these metrics."),
     ] = [],  # noqa: B006 - FastAPI copies query defaults
-    task: Annotated[str | None, Query(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$")] = None,
+    task: Annotated[TaskNameText | None, Query()] = None,
     since_step: Annotated[int, Query(ge=0, le=2**62)] = 0,
     max_points: Annotated[
         int | None, Query(ge=2, le=100_000, description="Downsample each series to about this.")

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
 
+from agents.vocabulary import TaskNameText
 from backend.api.deps import (
     AdminPrincipal,
     ControllerDep,
@@ -28,10 +29,7 @@ router = APIRouter(
     dependencies=[Depends(closed_query)],
 )
 
-TaskName = Annotated[
-    str,
-    Path(pattern=r"^(chief|worker|ps|evaluator):\d{1,4}$", description="role:index, e.g. worker:1"),
-]
+TaskName = Annotated[TaskNameText, Path(description="role:index, e.g. worker:1")]
 
 
 @router.post("/{task}/restart", response_model=JobRead, responses=error_responses(404, 409))

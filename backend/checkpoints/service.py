@@ -15,15 +15,17 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import CheckpointSaved
+from agents.vocabulary import Role, Strategy
 from backend.checkpoints.schemas import checkpoint_read
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
+from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Checkpoint, Job, Task
 from backend.jobs.states import JobStatus
 from backend.sizes import human_size
 
-CHECKPOINT_EVENT = "checkpoint"
+CHECKPOINT_EVENT = EventKind.checkpoint  # the name streams import; EventKind is the one list
 
 
 async def record_checkpoint(
@@ -72,7 +74,7 @@ async def record_checkpoint(
     await record_event(
         session=session,
         job=job,
-        kind=CHECKPOINT_EVENT,
+        kind=EventKind.checkpoint,
         task=task,
         message=message,
         data={
@@ -111,14 +113,14 @@ def checkpoint_writer(job: Job) -> Task:
         raise Conflict(
             f"job {job.id} is {job.status.value}; a checkpoint can be taken only while it runs"
         )
-    if job.strategy == "multi_worker_mirrored":
+    if job.strategy == Strategy.multi_worker_mirrored:
         # Every worker takes part in a save (a collective): one cannot save alone.
         raise Conflict(
             f"job {job.id} is multi_worker_mirrored: its workers save together, at epoch ends "
             "(checkpoint.every_epochs); checkpoint now needs parameter_server or mirrored"
         )
-    training = [t for t in job.tasks if t.role != "evaluator"]
-    writer = next((t for t in training if t.role == "chief"), training[0] if training else None)
+    training = [t for t in job.tasks if t.role != Role.evaluator]
+    writer = next((t for t in training if t.role == Role.chief), training[0] if training else None)
     if writer is None:
         raise Conflict(f"job {job.id} has no task that writes checkpoints")
     return writer

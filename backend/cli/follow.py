@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
 from agents.tls import CA_FILE_ENV, client_ssl
+from backend.jobs.events import EventKind
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 DRAIN_SECONDS = 2.0  # after the job ends, lines of stopping tasks may still come
@@ -107,7 +108,7 @@ def follow(
                                 )
                         elif kind == "metrics":
                             state.take(frame)
-                        elif kind == "event" and frame["event"]["kind"] == "status":
+                        elif kind == "event" and frame["event"]["kind"] == EventKind.status:
                             state.status = frame["event"]["to_status"]
                             if state.status in TERMINAL and until_done and ended_at is None:
                                 ended_at = time.monotonic()

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from agents.vocabulary import Role, Strategy
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus, can_transition
 
@@ -27,7 +28,7 @@ TASK_RESTARTABLE = frozenset({JobStatus.scheduled, JobStatus.running, JobStatus.
 # Checkpoint now: while the job trains, unless its workers can only save together (every
 # worker takes part in a multi_worker_mirrored save, at epoch ends).
 CHECKPOINTABLE = frozenset({JobStatus.running})
-SAVES_TOGETHER = frozenset({"multi_worker_mirrored"})
+SAVES_TOGETHER = frozenset({Strategy.multi_worker_mirrored})
 # The sidecar evaluator starts while the job is unfinished (a pending job places it along).
 EVALUATOR_STARTABLE = frozenset(s for s in JobStatus if not s.is_terminal)
 # An evaluator task in these states counts as running: it cannot start again, it can stop.
@@ -57,7 +58,7 @@ class JobActions(BaseModel):
 
 def is_training(task: TaskState) -> bool:
     """Whether the task trains (any but the evaluator): one of them writes checkpoints."""
-    return task.role != "evaluator"
+    return task.role != Role.evaluator
 
 
 def can_checkpoint(status: JobStatus, strategy: str) -> bool:
@@ -77,7 +78,7 @@ def can_start_evaluator(status: JobStatus, spec: JobSpec, evaluator: TaskState |
 
 def job_actions(status: JobStatus, spec: JobSpec, tasks: Iterable[TaskState]) -> JobActions:
     tasks = list(tasks)
-    evaluator = next((task for task in tasks if task.role == "evaluator"), None)
+    evaluator = next((task for task in tasks if task.role == Role.evaluator), None)
     return JobActions(
         cancel=status in CANCELLABLE,
         restart=status in RESTARTABLE,

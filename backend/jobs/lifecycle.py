@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.db import utcnow
 from backend.errors import Conflict
+from backend.jobs.events import EventKind
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.states import JobStatus, can_transition
 
@@ -34,7 +35,7 @@ async def transition_job(
     event = JobEvent(
         job_id=job.id,
         at=now,
-        kind="status",
+        kind=EventKind.status,
         from_status=job.status.value,
         to_status=to.value,
         message=reason,
@@ -56,7 +57,7 @@ async def record_event(
     *,
     session: AsyncSession,
     job: Job,
-    kind: str,
+    kind: EventKind | str,  # an EventKind; a plain string is taken while callers switch over
     message: str,
     task: str | None = None,
     data: dict[str, Any] | None = None,

@@ -9,8 +9,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer, joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
+from agents.vocabulary import TaskName
 from backend.errors import NotFound
 from backend.jobs.actions import job_actions
+from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
@@ -36,7 +38,10 @@ async def create_job(*, session: AsyncSession, spec: JobSpec) -> Job:
     session.add(job)
     await session.flush()
     await record_event(
-        session=session, job=job, kind="created", message=f"submitted with {len(job.tasks)} tasks"
+        session=session,
+        job=job,
+        kind=EventKind.created,
+        message=f"submitted with {len(job.tasks)} tasks",
     )
     return job
 
@@ -91,12 +96,13 @@ async def job_events(*, session: AsyncSession, job_id: int, after_id: int = 0) -
 
 async def find_task(*, session: AsyncSession, job_id: int, task: str) -> Task | None:
     """A job's task by its name (`worker:1`), with its job loaded; None when there is none."""
-    role, _, index = task.partition(":")
-    if not index.isdecimal():  # what int() reads; names arrive validated anyway
+    try:
+        name = TaskName.parse(task)
+    except ValueError:  # names arrive validated anyway
         return None
     return await session.scalar(
         select(Task)
-        .where(Task.job_id == job_id, Task.role == role, Task.index == int(index))
+        .where(Task.job_id == job_id, Task.role == name.role.value, Task.index == name.index)
         .options(joinedload(Task.job))
     )
 

@@ -16,14 +16,12 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agents.environment import TaskEnvironment
 from agents.protocol import METRIC_NAME_PATTERN
+from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
 
-Strategy = Literal["mirrored", "multi_worker_mirrored", "parameter_server"]
-Role = Literal["chief", "worker", "ps", "evaluator"]
-ROLES: tuple[Role, ...] = get_args(Role)
-# The roles that form the TensorFlow training cluster; the evaluator stays outside it.
-TRAINING_ROLES: tuple[Role, ...] = ("chief", "worker", "ps")
+ROLES: tuple[Role, ...] = tuple(Role)  # every role, in display order
 
 MAX_TASKS_PER_ROLE = 256
 MAX_GPUS_PER_TASK = 16
@@ -31,22 +29,13 @@ MAX_TASKS_PER_JOB = 512
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-# Set by the agent for every task; a job may not override them.
-RESERVED_ENV = frozenset(
-    {
-        "TF_CONFIG",
-        "CUDA_VISIBLE_DEVICES",
-        "GRPC_FAIL_FAST",
-        "STRATA_SERVER",
-        "STRATA_JOB_ID",
-        "STRATA_TASK",
-        "STRATA_ATTEMPT",
-        "STRATA_STRATEGY",
-        "STRATA_TASK_TOKEN",
-        "STRATA_CHECKPOINT_DIR",
-        "STRATA_CHECKPOINT_POLICY",
-    }
-)
+# Set by Strata for every task; a job may not override them. Two are left to jobs as before:
+# TF_USE_LEGACY_KERAS (Strata's value wins anyway) and the agent's CA file: specs stored with
+# them must still load.
+RESERVED_ENV = TaskEnvironment.variables() - {
+    TaskEnvironment.variable("legacy_keras"),
+    TaskEnvironment.variable("ca_file"),
+}
 
 
 class _Strict(BaseModel):
@@ -220,20 +209,20 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
         if not ok:
             issues.append(FieldIssue(f"replicas.{role}.count", message))
 
-    if spec.strategy == "parameter_server":
+    if spec.strategy == Strategy.parameter_server:
         need(
             r.chief.count == 1,
-            "chief",
+            Role.chief,
             "parameter_server needs exactly one chief (the coordinator)",
         )
-        need(r.worker.count >= 1, "worker", "parameter_server needs at least one worker")
-        need(r.ps.count >= 1, "ps", "parameter_server needs at least one ps")
-    elif spec.strategy == "multi_worker_mirrored":
-        need(r.worker.count >= 1, "worker", "multi_worker_mirrored needs at least one worker")
-        need(r.ps.count == 0, "ps", "multi_worker_mirrored takes no ps")
-        need(r.chief.count <= 1, "chief", "multi_worker_mirrored takes at most one chief")
+        need(r.worker.count >= 1, Role.worker, "parameter_server needs at least one worker")
+        need(r.ps.count >= 1, Role.ps, "parameter_server needs at least one ps")
+    elif spec.strategy == Strategy.multi_worker_mirrored:
+        need(r.worker.count >= 1, Role.worker, "multi_worker_mirrored needs at least one worker")
+        need(r.ps.count == 0, Role.ps, "multi_worker_mirrored takes no ps")
+        need(r.chief.count <= 1, Role.chief, "multi_worker_mirrored takes at most one chief")
     else:
-        need(r.ps.count == 0, "ps", "mirrored takes no ps")
+        need(r.ps.count == 0, Role.ps, "mirrored takes no ps")
         if r.chief.count + r.worker.count != 1:
             issues.append(
                 FieldIssue(
@@ -242,7 +231,7 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
                     f"got {r.chief.count} chief and {r.worker.count} worker",
                 )
             )
-    need(r.evaluator.count <= 1, "evaluator", "at most one sidecar evaluator")
+    need(r.evaluator.count <= 1, Role.evaluator, "at most one sidecar evaluator")
     if spec.task_count() > MAX_TASKS_PER_JOB:
         issues.append(
             FieldIssue(

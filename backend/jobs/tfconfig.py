@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backend.jobs.spec import TRAINING_ROLES
+from agents.vocabulary import TRAINING_ROLES, Role
 
 TaskAddresses = Mapping[tuple[str, int], str]  # (role, index) → "host:port"
 
@@ -23,15 +23,15 @@ def cluster_spec(addresses: TaskAddresses) -> dict[str, list[str]]:
         if indices:
             if indices != list(range(len(indices))):
                 raise ValueError(f"{role} indices must be 0..n-1, got {indices}")
-            cluster[role] = [addresses[(role, index)] for index in indices]
+            cluster[role.value] = [addresses[(role, index)] for index in indices]
     return cluster
 
 
 def tf_config(addresses: TaskAddresses, role: str, index: int) -> dict[str, Any]:
     """The TF_CONFIG of one task, as a dict (the agent serialises it into the environment)."""
-    if role == "evaluator":
+    if role == Role.evaluator:
         return {
-            "cluster": {"evaluator": [addresses[(role, index)]]},
-            "task": {"type": "evaluator", "index": index},
+            "cluster": {role: [addresses[(role, index)]]},
+            "task": {"type": role, "index": index},
         }
     return {"cluster": cluster_spec(addresses), "task": {"type": role, "index": index}}

@@ -6,21 +6,54 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agents.environment import TaskEnvironment
 from agents.protocol import StartTask, TaskKey
+from agents.vocabulary import Role, Strategy, TaskName
 from backend.jobs.spec import JobSpec
 
 # Under parameter_server the ps and worker tasks run no user code: the runtime serves them.
 RUNTIME_SERVER_ARGV = ("python", "-m", "agents.runtime.server")
 
 
-def task_argv(spec: JobSpec, role: str) -> list[str]:
-    if spec.strategy == "parameter_server" and role in ("ps", "worker"):
-        return list(RUNTIME_SERVER_ARGV)
-    return list(spec.entrypoint)
+def runs_runtime_server(spec: JobSpec, role: Role) -> bool:
+    return spec.strategy == Strategy.parameter_server and role in (Role.ps, Role.worker)
+
+
+def task_argv(spec: JobSpec, role: Role) -> list[str]:
+    return list(RUNTIME_SERVER_ARGV) if runs_runtime_server(spec, role) else list(spec.entrypoint)
 
 
 def checkpoint_dir(spec: JobSpec, job_id: int, root: Path) -> Path:
     return root / (spec.checkpoint.dir or f"job-{job_id}")
+
+
+def task_environment(
+    *,
+    spec: JobSpec,
+    key: TaskKey,
+    gpus: list[int],
+    tf_config: dict[str, Any],
+    task_token: str,
+    checkpoint_root: Path,
+) -> TaskEnvironment:
+    """Everything the server tells a task; the agent adds where the server is."""
+    return TaskEnvironment(
+        tf_config=json.dumps(tf_config, separators=(",", ":")),
+        # An empty list hides every GPU: a task gets exactly the devices it was given.
+        visible_devices=TaskEnvironment.device_list(gpus),
+        job_id=key.job_id,
+        task=TaskName.parse(key.task),
+        attempt=key.attempt,
+        strategy=spec.strategy,
+        task_token=task_token,
+        checkpoint_dir=str(checkpoint_dir(spec, key.job_id, checkpoint_root)),
+        # every_epochs, every_seconds, keep, keep_best: read by agents.runtime.checkpoints.
+        checkpoint_policy=spec.checkpoint.model_dump_json(exclude={"dir"}),
+        # Fail RPCs to a dead peer at once so the coordinator can reschedule its closures.
+        grpc_fail_fast="use_caller",
+        # tf.keras is tf_keras: Keras 3 cannot fit under the multi-worker strategies.
+        legacy_keras="1",
+    )
 
 
 def start_message(
@@ -33,31 +66,22 @@ def start_message(
     task_token: str,
     checkpoint_root: Path,
 ) -> StartTask:
-    role = key.task.split(":")[0]
-    env = {
-        **spec.env,
-        "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
-        # An empty list hides every GPU: a task gets exactly the devices it was given.
-        "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
-        "STRATA_JOB_ID": str(key.job_id),
-        "STRATA_TASK": key.task,
-        "STRATA_ATTEMPT": str(key.attempt),
-        "STRATA_STRATEGY": spec.strategy,
-        "STRATA_TASK_TOKEN": task_token,
-        "STRATA_CHECKPOINT_DIR": str(checkpoint_dir(spec, key.job_id, checkpoint_root)),
-        # every_epochs, every_seconds, keep, keep_best: read by agents.runtime.checkpoints.
-        "STRATA_CHECKPOINT_POLICY": spec.checkpoint.model_dump_json(exclude={"dir"}),
-        # Fail RPCs to a dead peer at once so the coordinator can reschedule its closures.
-        "GRPC_FAIL_FAST": "use_caller",
-        "TF_USE_LEGACY_KERAS": "1",
-    }
+    told = task_environment(
+        spec=spec,
+        key=key,
+        gpus=gpus,
+        tf_config=tf_config,
+        task_token=task_token,
+        checkpoint_root=checkpoint_root,
+    )
+    role = TaskName.parse(key.task).role
     return StartTask(
         key=key,
         argv=task_argv(spec, role),
-        working_dir="."
-        if tuple(task_argv(spec, role)) == RUNTIME_SERVER_ARGV
-        else spec.working_dir,
-        env=env,
+        # The runtime server needs none of the job's files.
+        working_dir="." if runs_runtime_server(spec, role) else spec.working_dir,
+        # The job's own variables first: Strata's win (the spec refuses most of them anyway).
+        env={**spec.env, **told.to_env()},
         port=port,
         gpus=gpus,
     )

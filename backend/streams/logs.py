@@ -8,19 +8,16 @@ from the agent's numbering by the marker lines the store writes (a gap, the size
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.vocabulary import TaskName
 from backend.errors import FieldIssue, InvalidInput, NotFound
 
 TRUNCATED = "[strata] log cap reached; later lines of this attempt are not kept"
 
-# The only task names a log file is named after (the REST path and the agent protocol check
-# the same pattern; the store checks again, since the name becomes part of a file name).
-TASK_NAME = re.compile(r"(chief|worker|ps|evaluator):\d{1,4}")
 
 
 class LogOutsideRoot(NotFound):
@@ -57,14 +54,18 @@ class LogStore:
         issues = []
         if job_id < 1:
             issues.append(FieldIssue("job_id", f"must be 1 or more, got {job_id}"))
-        if not TASK_NAME.fullmatch(task):
-            issues.append(FieldIssue("task", f"must be role:index such as worker:1, got {task!r}"))
+        # The REST path and the agent protocol check task names already; the store checks
+        # again, since the name becomes part of a file name.
+        name: TaskName | None = None
+        try:
+            name = TaskName.parse(task)
+        except ValueError as exc:
+            issues.append(FieldIssue("task", str(exc)))
         if attempt < 0:
             issues.append(FieldIssue("attempt", f"must be 0 or more, got {attempt}"))
-        if issues:
+        if issues or name is None:
             raise InvalidInput(issues)
-        role, index = task.split(":")
-        path = self.root / f"job-{job_id}" / f"{role}-{index}.{attempt}.log"
+        path = self.root / f"job-{job_id}" / f"{name.role}-{name.index}.{attempt}.log"
         root = self.root.resolve()
         if not path.resolve().is_relative_to(root):
             raise LogOutsideRoot(

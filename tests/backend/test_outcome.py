@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agents.vocabulary import TaskName
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.outcome import Outcome, describe_exit, judge_exit
 
@@ -22,7 +23,7 @@ def judge(
 ) -> Outcome:
     return judge_exit(
         strategy=strategy,
-        role=task.split(":")[0],
+        role=TaskName.parse(task).role,
         task=task,
         exit_code=code,
         signal=signal,
