@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from agents.protocol import (
+    PROTOCOL_VERSION,
     Heartbeat,
     Hello,
     LogsAck,
+    Refused,
     TaskExited,
     TaskKey,
     TaskLogs,
@@ -75,6 +78,9 @@ async def agent_channel(
         await close(websocket, POLICY_VIOLATION, f"the first frame must be hello, got {hello.type}")
         return
     inbound.peer = f"agent {hello.name}"
+    if hello.protocol != PROTOCOL_VERSION:
+        await _refuse(inbound, version_mismatch(hello))
+        return
 
     connection = AgentConnection(hello.name, websocket)
     replaced = hub.attach(connection)
@@ -93,6 +99,22 @@ async def agent_channel(
         hub.detach(connection)
         await connection.close()
         log.info("agent %s disconnected", hello.name)
+
+
+def version_mismatch(hello: Hello) -> str:
+    # Short enough for a close frame (123 bytes), which is all a client may get to read.
+    return (
+        f"agent protocol {hello.protocol} is not this server's {PROTOCOL_VERSION}: "
+        f"run the same Strata version on agent and server (agent {hello.version[:16]})"
+    )
+
+
+async def _refuse(inbound: Inbound, reason: str) -> None:
+    """`refused` tells the agent to give up rather than reconnect; the close repeats why."""
+    log.warning("refusing %s: %s", inbound.peer, reason)
+    with contextlib.suppress(Exception):  # it may be gone already: the close says it anyway
+        await inbound.websocket.send_text(Refused(reason=reason).model_dump_json())
+    await close(inbound.websocket, POLICY_VIOLATION, reason)
 
 
 async def _serve(

@@ -58,6 +58,7 @@ LIVE_TASK_STATUSES = (TaskStatus.scheduled, TaskStatus.running)
 
 
 class HostStatus(StrEnum):
+    # Stored as a plain string with no CHECK constraint (a non-native enum): adding or
+    # dropping a value needs no migration, only that no row holds a dropped one.
     online = "online"
     lost = "lost"  # heartbeats stopped
-    offline = "offline"  # the agent said goodbye

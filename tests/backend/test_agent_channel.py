@@ -13,10 +13,12 @@ from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
 from agents.protocol import (
+    PROTOCOL_VERSION,
     Device,
     Heartbeat,
     Hello,
     LogsAck,
+    Refused,
     RunningTask,
     StartTask,
     StopTask,
@@ -99,6 +101,23 @@ def test_bad_first_frame_is_closed_with_a_reason(
             ws.receive_text()
     assert closed.value.code == 1008
     assert closed.value.reason.startswith(reason)
+
+
+def test_an_agent_of_another_protocol_version_is_refused(client: TestClient) -> None:
+    other = PROTOCOL_VERSION + 1
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello(protocol=other))
+        refused = receive(ws)
+        assert isinstance(refused, Refused)  # the agent gives up instead of reconnecting
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_text()
+    assert closed.value.code == 1008
+    assert closed.value.reason == refused.reason
+    assert refused.reason.startswith(
+        f"agent protocol {other} is not this server's {PROTOCOL_VERSION}: "
+        "run the same Strata version on agent and server (agent test)"
+    )
+    assert client.get("/hosts", headers=ADMIN).json() == []  # it never joined
 
 
 def test_a_job_runs_through_the_channel(client: TestClient) -> None:

@@ -606,7 +606,7 @@ export interface components {
          * HostStatus
          * @enum {string}
          */
-        HostStatus: "online" | "lost" | "offline";
+        HostStatus: "online" | "lost";
         /** HostUsage */
         HostUsage: {
             /** Address */
