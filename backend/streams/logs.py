@@ -19,7 +19,6 @@ from backend.errors import FieldIssue, InvalidInput, NotFound
 TRUNCATED = "[strata] log cap reached; later lines of this attempt are not kept"
 
 
-
 class LogOutsideRoot(NotFound):
     """A log path that resolves (through a symlink) outside the log root: never followed."""
 
