@@ -66,6 +66,12 @@ _EXPECTED = (
 TaskNameText = Annotated[str, StringConstraints(pattern=TASK_NAME_PATTERN)]
 
 
+def format_task_name(role: str, index: int) -> str:
+    """``worker:1``, without building a TaskName: for rows whose role and index are known good
+    (a database row, a placement), where thousands are named per controller pass."""
+    return f"{role}:{index}"
+
+
 @dataclass(frozen=True)
 class TaskName:
     """One task of a job: ``TaskName(Role.worker, 1)``, written ``worker:1``."""
@@ -95,7 +101,7 @@ class TaskName:
         return cls(Role(match[1]), int(match[2]))
 
     def __str__(self) -> str:
-        return f"{self.role}:{self.index}"
+        return format_task_name(self.role, self.index)
 
     @property
     def in_training_cluster(self) -> bool:

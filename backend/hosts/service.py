@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
-from agents.vocabulary import Role, TaskName
+from agents.vocabulary import format_task_name
 from backend.db import utcnow
 from backend.hosts.models import Device, Host
 from backend.hosts.schemas import (
@@ -139,7 +139,7 @@ async def cluster_view(*, session: AsyncSession) -> ClusterRead:
         ref = TaskRef(
             job_id=job_id,
             job_name=job_name,
-            task=str(TaskName(Role(role), index)),
+            task=format_task_name(role, index),
             status=status,
             port=port,
             gpus=list(held or []),

@@ -19,6 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
 from agents.protocol import TaskKey
+from agents.vocabulary import format_task_name
 from backend.db import Base, UTCDateTime, utcnow
 from backend.jobs.states import JobStatus, TaskStatus
 
@@ -91,7 +92,7 @@ class Task(Base):
 
     @property
     def name(self) -> str:
-        return f"{self.role}:{self.index}"
+        return format_task_name(self.role, self.index)
 
     @property
     def key(self) -> TaskKey:

@@ -18,6 +18,7 @@ from agents.vocabulary import (
     Strategy,
     TaskName,
     TaskNameText,
+    format_task_name,
 )
 
 
@@ -47,6 +48,8 @@ def test_a_task_name_has_a_typed_role_and_index() -> None:
     assert name.in_training_cluster and not TaskName.parse("evaluator:0").in_training_cluster
     assert TaskName("worker", 2).role is Role.worker  # type: ignore[arg-type]
     assert {TaskName.parse("worker:1"), TaskName(Role.worker, 1)} == {TaskName(Role.worker, 1)}
+    # The unchecked formatter for known-good rows writes the same string.
+    assert format_task_name("worker", 1) == str(TaskName(Role.worker, 1)) == "worker:1"
 
 
 @pytest.mark.parametrize(
