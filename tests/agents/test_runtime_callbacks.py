@@ -155,6 +155,7 @@ def check_fit_points(recorder: Recorder, epochs: int, steps: int, batch_size: in
     assert [step for step, _ in recorder.series("eval/loss")] == ends
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_fit_under_the_default_strategy(recorder: Recorder) -> None:
     features, labels = digits_like()
     model = build_model()
@@ -185,6 +186,7 @@ def test_fit_under_the_default_strategy(recorder: Recorder) -> None:
     assert recorder.series("eval/loss")[-1][0] == 48
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_fit_under_mirrored_strategy(recorder: Recorder) -> None:
     import tensorflow as tf
 
@@ -207,6 +209,7 @@ def test_fit_under_mirrored_strategy(recorder: Recorder) -> None:
     check_fit_points(recorder, epochs=2, steps=8, batch_size=32)
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_unknown_steps_per_epoch_go_on_from_the_restored_step(recorder: Recorder) -> None:
     # A dataset of unknown length gives no steps per epoch: the count starts from the
     # optimizer's iterations, which BackupAndRestore has set in a resumed process.
@@ -230,6 +233,7 @@ def test_unknown_steps_per_epoch_go_on_from_the_restored_step(recorder: Recorder
     assert [step for step, _ in recorder.series("loss")] == [56, 72, start + 16]
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_learning_rate_schedules_are_evaluated_at_the_step(recorder: Recorder) -> None:
     import tf_keras as keras
 
@@ -252,6 +256,7 @@ def test_learning_rate_schedules_are_evaluated_at_the_step(recorder: Recorder) -
     assert "examples_per_sec" not in recorder.names()  # no batch size given
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_a_logged_learning_rate_is_not_reported_twice(recorder: Recorder) -> None:
     import tf_keras as keras
 
@@ -269,6 +274,7 @@ def test_a_logged_learning_rate_is_not_reported_twice(recorder: Recorder) -> Non
     assert recorder.series("lr") == [(4, pytest.approx(0.005)), (8, pytest.approx(0.0025))]
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_runtime_callbacks_when_reporting(recorder: Recorder) -> None:
     callbacks = runtime.callbacks(batch_size=64)
     assert len(callbacks) == 1
@@ -276,6 +282,7 @@ def test_runtime_callbacks_when_reporting(recorder: Recorder) -> None:
     assert callbacks[0].tracker.batch_size == 64
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_a_failing_sink_never_breaks_training(monkeypatch: pytest.MonkeyPatch) -> None:
     class Broken(Recorder):
         def put(self, name: str, value: float, step: int, wall_time: float | None = None) -> None:
@@ -411,6 +418,7 @@ def test_ps_batch_sampling_stride(recorder: Recorder) -> None:
     tracker.train_end()
 
 
+@pytest.mark.slow  # imports TensorFlow
 def test_report_takes_numbers_tensors_and_remote_values(recorder: Recorder) -> None:
     import tensorflow as tf
 

@@ -42,6 +42,8 @@ from agents.runtime.sender import NullSender
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+pytestmark = pytest.mark.slow  # TensorFlow in the test process
+
 BATCH = 16
 SAMPLES = 64  # 4 steps per epoch
 
