@@ -57,7 +57,7 @@ async def record_event(
     *,
     session: AsyncSession,
     job: Job,
-    kind: EventKind | str,  # an EventKind; a plain string is taken while callers switch over
+    kind: EventKind,
     message: str,
     task: str | None = None,
     data: dict[str, Any] | None = None,

@@ -12,9 +12,11 @@ from typing import Literal
 
 from sqlalchemy import select
 
+from agents.vocabulary import Role
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import EVALUATOR_STARTABLE, evaluator_active
+from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -23,7 +25,7 @@ from backend.jobs.tfconfig import tf_config
 from backend.scheduling.placement import TaskNeed, Unplaceable, place
 from backend.scheduling.transaction import Transaction
 
-EVALUATOR = ("evaluator", 0)
+EVALUATOR = (Role.evaluator, 0)
 # The evaluator can be placed on its own while the job holds its hosts.
 PLACED_JOB_STATUSES = (JobStatus.scheduled, JobStatus.running, JobStatus.restarting)
 
@@ -56,7 +58,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         raise Conflict(f"the evaluator of job {job.id} is already {evaluator.status.value}")
     if evaluator is None:
         evaluator = Task(
-            job_id=job.id, role="evaluator", index=0, status=TaskStatus.pending, gpu_indices=[]
+            job_id=job.id, role=Role.evaluator, index=0, status=TaskStatus.pending, gpu_indices=[]
         )
         session.add(evaluator)
     else:
@@ -71,7 +73,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         await record_event(
             session=session,
             job=job,
-            kind="evaluator",
+            kind=EventKind.evaluator,
             task="evaluator:0",
             message="sidecar evaluator requested; it starts when the job is placed",
         )
@@ -94,7 +96,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
     await record_event(
         session=session,
         job=job,
-        kind="evaluator",
+        kind=EventKind.evaluator,
         task="evaluator:0",
         message=f"sidecar evaluator started on {slot.host_name} (attempt {evaluator.attempt})",
         data={"to": "scheduled", "attempt": evaluator.attempt, "host": slot.host_name},
@@ -112,7 +114,7 @@ async def _stop(tx: Transaction, job: Job, evaluator: Task | None) -> None:
     await record_event(
         session=session,
         job=job,
-        kind="evaluator",
+        kind=EventKind.evaluator,
         task="evaluator:0",
         message="sidecar evaluator stopped by request",
         data={"to": "stopped", "attempt": evaluator.attempt},

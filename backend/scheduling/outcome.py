@@ -12,6 +12,7 @@ import signal as signals
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agents.vocabulary import Role, Strategy
 from backend.jobs.states import JobStatus, TaskStatus
 
 
@@ -50,18 +51,18 @@ def judge_exit(
         # The job is over and we are stopping its tasks: this is one of them going.
         return Outcome(TaskStatus.stopped, None, what)
     clean = exit_code == 0 and error is None
-    if role == "evaluator":
+    if role == Role.evaluator:
         return Outcome(TaskStatus.succeeded if clean else TaskStatus.failed, None, what)
     if not clean:
         return Outcome(TaskStatus.failed, JobStatus.failed, what)
-    if strategy == "parameter_server" and role in ("ps", "worker"):
+    if strategy == Strategy.parameter_server and role in (Role.ps, Role.worker):
         return Outcome(
             TaskStatus.failed,
             JobStatus.failed,
             f"{what}, but a {role} must serve until the job ends",
         )
-    has_chief = any(r == "chief" for r, _ in sibling_statuses) or role == "chief"
-    if role == "chief" or strategy == "mirrored":
+    has_chief = any(r == Role.chief for r, _ in sibling_statuses) or role == Role.chief
+    if role == Role.chief or strategy == Strategy.mirrored:
         return Outcome(TaskStatus.succeeded, JobStatus.succeeded, what)
     # A multi_worker_mirrored worker finished cleanly.
     if not has_chief and all(

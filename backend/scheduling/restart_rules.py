@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agents.vocabulary import Role, Strategy, TaskName
+
 BACKOFF_CEILING_SECONDS = 300.0
 
 
@@ -46,18 +48,19 @@ class RestartPlan:
 
 def plan_restart(strategy: str, failed: str, tasks: Sequence[str]) -> RestartPlan:
     """Which tasks restart together when `failed` died (`tasks`: the job's task names)."""
-    role = failed.split(":")[0]
-    training = frozenset(t for t in tasks if not t.startswith("evaluator:"))
-    if role == "evaluator":
+    role = TaskName.parse(failed).role
+    roles = {name: TaskName.parse(name).role for name in tasks}
+    training = frozenset(t for t, r in roles.items() if r is not Role.evaluator)
+    if role is Role.evaluator:
         return RestartPlan(frozenset({failed}), job_level=False)
-    if strategy == "parameter_server":
-        if role == "worker":
+    if strategy == Strategy.parameter_server:
+        if role is Role.worker:
             return RestartPlan(frozenset({failed}), job_level=False)
-        if role == "ps":
-            chiefs = {t for t in training if t.startswith("chief:")}
+        if role is Role.ps:
+            chiefs = {t for t in training if roles[t] is Role.chief}
             return RestartPlan(frozenset({failed, *chiefs}), job_level=True)
         return RestartPlan(frozenset({failed}), job_level=True)
-    if strategy == "multi_worker_mirrored":
+    if strategy == Strategy.multi_worker_mirrored:
         return RestartPlan(training, job_level=True)
     return RestartPlan(frozenset({failed}), job_level=True)
 

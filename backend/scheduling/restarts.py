@@ -15,9 +15,11 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
+from agents.vocabulary import Role
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import RESTARTABLE, TASK_RESTARTABLE
+from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -70,7 +72,7 @@ async def after_failure(
         await record_event(
             session=session,
             job=job,
-            kind="restart",
+            kind=EventKind.restart,
             task=failed.name,
             message=f"{reason}; restarting {failed.name} alone in {delay:g}s "
             f"(attempt {failed.attempt + 1}), the job goes on",
@@ -100,7 +102,7 @@ async def replace_job(*, tx: Transaction, job: Job, reason: str) -> None:
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
     await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
     for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
-        if task.role == "evaluator" and task.status not in LIVE_TASK_STATUSES:
+        if task.role == Role.evaluator and task.status not in LIVE_TASK_STATUSES:
             continue  # a stopped sidecar evaluator is started again only by request
         if task.status in LIVE_TASK_STATUSES and task.host is not None:
             tx.stop(task.host.name, task.key, reason, force=True)
@@ -167,7 +169,9 @@ async def request_task_restart(tx: Transaction, *, job_id: int, task_name: str) 
             reason=f"{reason}; restarting {', '.join(sorted(plan.tasks))}",
         )
     else:
-        await record_event(session=session, job=job, kind="restart", task=task_name, message=reason)
+        await record_event(
+            session=session, job=job, kind=EventKind.restart, task=task_name, message=reason
+        )
     for member in tasks:
         if member.name in plan.tasks:
             restart_in_place(tx=tx, task=member, delay=0, reason=reason)

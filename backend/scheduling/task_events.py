@@ -15,10 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from agents.protocol import TaskExit, TaskKey
+from agents.vocabulary import Role, TaskName
 from backend import security
 from backend.db import utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
+from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
@@ -28,9 +30,11 @@ from backend.scheduling.transaction import Transaction
 
 
 async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
-    role, index = key.task.split(":")
+    name = TaskName.parse(key.task)
     return await session.scalar(
-        select(Task).where(Task.job_id == key.job_id, Task.role == role, Task.index == int(index))
+        select(Task).where(
+            Task.job_id == key.job_id, Task.role == name.role, Task.index == name.index
+        )
     )
 
 
@@ -129,13 +133,13 @@ async def mark_started_many(
             await record_event(
                 session=session,
                 job=job,
-                kind="task_status",
+                kind=EventKind.task_status,
                 task=task.name,
                 message=f"{task.name} started on {host.name} (pid {pid})",
                 data={"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name},
             )
         if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
-            t.status is TaskStatus.running for t in tasks if t.role != "evaluator"
+            t.status is TaskStatus.running for t in tasks if t.role != Role.evaluator
         ):
             await transition_job(
                 session=session, job=job, to=JobStatus.running, reason="all tasks are running"
@@ -179,7 +183,7 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
     await record_event(
         session=session,
         job=job,
-        kind="task_status",
+        kind=EventKind.task_status,
         task=task.name,
         message=outcome.reason,
         data=details,
@@ -221,7 +225,7 @@ async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:
         await record_event(
             session=session,
             job=job,
-            kind="task_status",
+            kind=EventKind.task_status,
             task=task.name,
             message=f"{task.name} lost with host {host.name}",
             data={"to": "lost", "attempt": task.attempt},
