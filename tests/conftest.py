@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 from pluggy import Result
@@ -16,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.app import create_app
 from backend.config import Settings
-from tests.support.postgres import find_bindir, running_postgres
+from tests.support.postgres import create_database, drop_database, find_bindir, running_postgres
 from tests.support.strict import STRICT, missing_dependency
 
 ADMIN_TOKEN = "admin-token-for-tests"
@@ -51,26 +49,12 @@ def postgres_admin_url() -> Iterator[str]:
         yield url
 
 
-def _asyncpg_dsn(url: str) -> str:
-    return url.replace("postgresql+asyncpg://", "postgresql://")
-
-
 @pytest.fixture
 async def postgres_url(postgres_admin_url: str) -> AsyncIterator[str]:
     """A fresh, empty database on the test server, dropped afterwards."""
-    name = f"strata_test_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(_asyncpg_dsn(postgres_admin_url))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    base = postgres_admin_url.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    admin = await asyncpg.connect(_asyncpg_dsn(postgres_admin_url))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
+    url = await create_database(postgres_admin_url)
+    yield url
+    await drop_database(postgres_admin_url, url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

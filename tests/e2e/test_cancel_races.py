@@ -11,18 +11,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from tests.support.cluster import Cluster, job_processes, local_cluster
-from tests.support.postgres import find_bindir, running_postgres
-from tests.support.strict import missing_dependency
+from tests.support.postgres import create_database
 
 pytestmark = pytest.mark.e2e
 
@@ -40,25 +37,10 @@ def cluster(
         with local_cluster(data_dir) as running:
             yield running
         return
-    bindir = find_bindir()
-    if bindir is None:
-        missing_dependency("no PostgreSQL server binaries (apt-get install postgresql)")
-    with running_postgres(bindir) as admin_url:
-        url = asyncio.run(_fresh_database(admin_url))
-        with local_cluster(data_dir, database_url=url) as running:
-            yield running
-
-
-async def _fresh_database(admin_url: str) -> str:
-    name = f"strata_races_{uuid.uuid4().hex[:8]}"
-    connection = await asyncpg.connect(admin_url)
-    try:
-        await connection.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await connection.close()
-    return (
-        admin_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://") + f"/{name}"
-    )
+    admin_url: str = request.getfixturevalue("postgres_admin_url")
+    url = asyncio.run(create_database(admin_url, "strata_races"))
+    with local_cluster(data_dir, database_url=url) as running:
+        yield running
 
 
 def sleeper(name: str) -> dict[str, Any]:

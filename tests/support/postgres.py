@@ -14,8 +14,11 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+import asyncpg
 
 
 def find_bindir() -> Path | None:
@@ -135,3 +138,26 @@ def running_postgres(bindir: Path) -> Iterator[str]:
             process.kill()
             process.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def create_database(admin_url: str, prefix: str = "strata_test") -> str:
+    """A fresh, empty database on the server at `admin_url`; returns its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(_asyncpg_dsn(admin_url))
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return f"{admin_url.rsplit('/', 1)[0]}/{name}"
+
+
+async def drop_database(admin_url: str, url: str) -> None:
+    admin = await asyncpg.connect(_asyncpg_dsn(admin_url))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    finally:
+        await admin.close()
