@@ -4,18 +4,26 @@ and a line for each job's submission and status change once it has been committe
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.cli.server_logging import WebsocketConnectionLines, server_log_config
-from backend.config import Settings
+from backend.config import Settings, async_database_url
+from backend.db import create_engine, session_factory
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job
+from backend.jobs.service import create_job
+from backend.jobs.spec import validate_spec
 from backend.jobs.states import JobStatus
-from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, Api
+from backend.schema import upgrade_database
+from backend.streams.broker import Broker
+from backend.streams.events import BROKER, PublishingSession
+from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
 from tests.support.processes import strata_server
 
@@ -81,24 +89,35 @@ def job_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "backend.jobs"]
 
 
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions like the server's (they publish job events on commit), with no controller
+    beside them to change the same jobs."""
+    engine = create_engine(async_database_url(database_url))
+    await upgrade_database(engine)
+    yield session_factory(engine, sync_session_class=PublishingSession, info={BROKER: Broker()})
+    await engine.dispose()
+
+
 async def test_job_changes_are_logged_once_committed(
-    api: Api, caplog: pytest.LogCaptureFixture
+    sessions: async_sessionmaker[AsyncSession], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="backend.jobs")
-    response = await api.http.post("/jobs", json=make_spec())
-    assert response.status_code == 201
-    job_id = response.json()["id"]
-    assert f"job {job_id} submitted with 4 tasks" in job_lines(caplog)
+    async with sessions() as session:
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+    job_id = job.id
+    assert job_lines(caplog) == [f"job {job_id} submitted with 4 tasks"]
 
     caplog.clear()
     reason = "cancelled by the test\nwith a second line the log leaves out"
-    async with api.session() as session:
+    async with sessions() as session:
         job = await session.get_one(Job, job_id)
         await transition_job(session=session, job=job, to=JobStatus.cancelled, reason=reason)
         await session.rollback()
     assert job_lines(caplog) == []  # rolled back: it never happened
 
-    async with api.session() as session:
+    async with sessions() as session:
         job = await session.get_one(Job, job_id)
         await transition_job(session=session, job=job, to=JobStatus.cancelled, reason=reason)
         await session.commit()
