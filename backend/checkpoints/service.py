@@ -25,8 +25,6 @@ from backend.jobs.models import Checkpoint, Job, Task
 from backend.jobs.states import JobStatus
 from backend.sizes import human_size
 
-CHECKPOINT_EVENT = EventKind.checkpoint  # the name streams import; EventKind is the one list
-
 
 async def record_checkpoint(
     *, session: AsyncSession, job: Job, directory: Path, task: str, saved: CheckpointSaved

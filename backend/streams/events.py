@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from backend.checkpoints.service import CHECKPOINT_EVENT
+from backend.jobs.events import EventKind
 from backend.jobs.models import JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
 from backend.streams.frames import CheckpointFrame, EventFrame, StreamEvent
@@ -43,7 +43,7 @@ def event_frame(row: JobEvent) -> EventFrame | CheckpointFrame:
         message=row.message,
         data=row.data,
     )
-    if row.kind == CHECKPOINT_EVENT and "checkpoint" in row.data:
+    if row.kind == EventKind.checkpoint and "checkpoint" in row.data:
         try:
             return CheckpointFrame(
                 type="checkpoint",
@@ -86,9 +86,9 @@ def _publish(session: Session) -> None:
 def log_job_event(row: JobEvent) -> None:
     """One line for a job's submission or status change; other events (restarts of a task,
     checkpoints, requests) stay in the job's own event list."""
-    if row.kind == "created":
+    if row.kind == EventKind.created:
         log.info("job %d %s", row.job_id, row.message)
-    elif row.kind == "status":
+    elif row.kind == EventKind.status:
         reason = (row.message or "").strip().splitlines()
         said = reason[0][:LOGGED_REASON_CHARS] if reason else ""
         log.info(
