@@ -131,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tokens.router,
     ):
         app.include_router(router)
+    streams.document_frames(app)  # websocket frames are no route: put them in the schema
     mount_dashboard(app, settings.dashboard_dir)
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(RedactTokens())

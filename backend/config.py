@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")
     log_bytes_per_task: int = Field(default=64 << 20, gt=0, description="Cap per task attempt.")
     max_request_bytes: int = Field(default=1 << 20, gt=0)
-    # Websocket limits (docs/architecture.md, "Limits"). Frame sizes count characters of a
+    # Websocket limits (docs/reference/limits.md). Frame sizes count characters of a
     # text frame; uvicorn refuses any frame over 16 MiB before these are looked at.
     agent_frame_bytes: int = Field(
         default=4 << 20,
