@@ -23,8 +23,10 @@ CANCELLABLE = frozenset(s for s in JobStatus if can_transition(s, JobStatus.canc
 RESTARTABLE = frozenset(
     {JobStatus.scheduled, JobStatus.running, JobStatus.restarting, JobStatus.failed}
 )
+# The job holds its hosts: its tasks have their places (the evaluator can join them).
+PLACED = frozenset({JobStatus.scheduled, JobStatus.running, JobStatus.restarting})
 # Restart of one task where it runs: only while the job's tasks have their places.
-TASK_RESTARTABLE = frozenset({JobStatus.scheduled, JobStatus.running, JobStatus.restarting})
+TASK_RESTARTABLE = PLACED
 # Checkpoint now: while the job trains, unless its workers can only save together (every
 # worker takes part in a multi_worker_mirrored save, at epoch ends).
 CHECKPOINTABLE = frozenset({JobStatus.running})

@@ -15,19 +15,17 @@ from sqlalchemy import select
 from agents.vocabulary import Role
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
-from backend.jobs.actions import EVALUATOR_STARTABLE, evaluator_active
+from backend.jobs.actions import EVALUATOR_STARTABLE, PLACED, evaluator_active
 from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
-from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, TaskStatus
 from backend.jobs.tfconfig import tf_config
 from backend.scheduling.placement import TaskNeed, Unplaceable, place
 from backend.scheduling.transaction import Transaction
 
 EVALUATOR = (Role.evaluator, 0)
-# The evaluator can be placed on its own while the job holds its hosts.
-PLACED_JOB_STATUSES = (JobStatus.scheduled, JobStatus.running, JobStatus.restarting)
 
 
 async def request_evaluator(
@@ -67,7 +65,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         evaluator.host_id = evaluator.port = evaluator.pid = evaluator.exit_code = None
         evaluator.gpu_indices, evaluator.tf_config = [], None
         evaluator.started_at = evaluator.finished_at = evaluator.restart_after = None
-    if job.status not in PLACED_JOB_STATUSES:
+    if job.status not in PLACED:
         # A pending job: the evaluator is placed with the rest of it.
         await session.flush()
         await record_event(
