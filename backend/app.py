@@ -24,6 +24,7 @@ from backend.api import (
     tasks,
     tokens,
 )
+from backend.api.body import BodyLimit
 from backend.api.ui import mount_dashboard
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
@@ -78,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
             broker.publish(job_topic(job_id), log_frame(task, attempt, first, lines))
 
-        # Its own object: routers read logs without going through the controller.
+        # Log lines are written by the agent channel and read by the routes and streams.
         app.state.logs = LogStore(
             settings.data_dir / "logs", settings.log_bytes_per_task, publish_log
         )
@@ -87,7 +88,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=app.state.sessions,
             hub=app.state.hub,
             tokens=app.state.tokens,
-            logs=app.state.logs,
         )
         log.info("database ready (%s)", engine.dialect.name)
         background = [
@@ -117,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
     )
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)  # every HTTP body
     for router in (
         health.router,
         jobs.router,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from agents.protocol import MAX_INT32
 from backend.api.body import read_body
-from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, SettingsDep
+from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep, SettingsDep
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
@@ -45,7 +45,11 @@ _SPEC_BODY: dict[str, Any] = {
     responses=error_responses(413, 415),
 )
 async def submit_job(
-    request: Request, session: SessionDep, settings: SettingsDep, _: AdminPrincipal
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    controller: ControllerDep,
+    _: AdminPrincipal,
 ) -> JobRead:
     """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
     body = await read_body(request, settings.max_request_bytes)
@@ -55,7 +59,7 @@ async def submit_job(
         return (await service.create_job(session=tx.session, spec=spec)).id
 
     # Under the controller's lock, like every change to jobs (see Controller.apply).
-    job_id = await request.app.state.controller.apply(create, frees_or_takes_capacity=False)
+    job_id = await controller.apply(create, frees_or_takes_capacity=False)
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
@@ -88,23 +92,19 @@ async def read_job(job_id: JobId, session: SessionDep, _: ReaderPrincipal) -> Jo
 
 @router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
 async def cancel_job(
-    request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
+    job_id: JobId, session: SessionDep, controller: ControllerDep, _: AdminPrincipal
 ) -> JobRead:
     """Cancel a job that has not finished; its tasks are stopped."""
-    await request.app.state.controller.apply(
-        functools.partial(task_events.request_cancel, job_id=job_id)
-    )
+    await controller.apply(functools.partial(task_events.request_cancel, job_id=job_id))
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
 @router.post("/{job_id}/restart", response_model=JobRead, responses=error_responses(404, 409))
 async def restart_job(
-    request: Request, job_id: JobId, session: SessionDep, _: AdminPrincipal
+    job_id: JobId, session: SessionDep, controller: ControllerDep, _: AdminPrincipal
 ) -> JobRead:
     """Restart the whole job: every task stops and the job is placed again."""
-    await request.app.state.controller.apply(
-        functools.partial(restarts.request_job_restart, job_id=job_id)
-    )
+    await controller.apply(functools.partial(restarts.request_job_restart, job_id=job_id))
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

@@ -17,15 +17,20 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import TypeAdapter
 from pydantic.json_schema import models_json_schema
-from sqlalchemy import select
 
 from agents.protocol import MAX_INT32
-from backend.api.deps import websocket_principal
+from backend.api.deps import (
+    get_broker,
+    get_logs,
+    get_sessions,
+    get_settings,
+    websocket_principal,
+)
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.config import Settings
-from backend.jobs.models import Job, JobEvent
-from backend.streams.broker import CLUSTER_TOPIC, Broker, SubscriberTooSlow, job_topic
+from backend.jobs import service
+from backend.streams.broker import CLUSTER_TOPIC, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
 from backend.streams.events import event_frame
 from backend.streams.frames import (
@@ -70,8 +75,7 @@ async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
         )
         yield None
         return
-    settings: Settings = websocket.app.state.settings
-    broker: Broker = websocket.app.state.broker
+    settings, broker = get_settings(websocket), get_broker(websocket)
     inbound = Inbound(websocket, frame_limits(settings), f"a stream of the {principal.kind} token")
     limit = settings.max_streams_per_token
     if not broker.streams.take(principal, limit):
@@ -90,7 +94,7 @@ async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
 
 async def _subscribe(inbound: Inbound) -> Cursor | None:
     """Read and check the first frame; close with a reason if it is bad or does not come."""
-    settings: Settings = inbound.websocket.app.state.settings
+    settings = get_settings(inbound.websocket)
     request = await inbound.first(
         _subscribe_frame,
         "subscribe",
@@ -126,17 +130,18 @@ async def _job_stream(inbound: Inbound, job_id: int) -> None:
     cursor = await _subscribe(inbound)
     if cursor is None:
         return
-    app = websocket.app
-    broker: Broker = app.state.broker
-    async with app.state.sessions() as session:
-        if not 1 <= job_id <= MAX_INT32 or await session.get(Job, job_id) is None:
+    broker = get_broker(websocket)
+    async with get_sessions(websocket)() as session:
+        if not 1 <= job_id <= MAX_INT32 or not await service.job_exists(
+            session=session, job_id=job_id
+        ):
             await close(websocket, POLICY_VIOLATION, f"job {job_id} does not exist")
             return
         # Subscribe before reading history, so nothing published meanwhile is missed.
         subscription = broker.subscribe([job_topic(job_id)])
         try:
             async for frame in job_history(
-                session=session, logs=app.state.controller.logs, job_id=job_id, cursor=cursor
+                session=session, logs=get_logs(websocket), job_id=job_id, cursor=cursor
             ):
                 await _send(websocket, frame, cursor)
         except BaseException:
@@ -157,19 +162,13 @@ async def _cluster_stream(inbound: Inbound) -> None:
     cursor = await _subscribe(inbound)
     if cursor is None:
         return
-    app = websocket.app
-    subscription = app.state.broker.subscribe([CLUSTER_TOPIC])
+    subscription = get_broker(websocket).subscribe([CLUSTER_TOPIC])
     try:
-        async with app.state.sessions() as session:
-            rows = list(
-                await session.scalars(
-                    select(JobEvent)
-                    .where(JobEvent.id > cursor.event)
-                    .order_by(JobEvent.id.desc())
-                    .limit(CLUSTER_HISTORY_EVENTS)
-                )
+        async with get_sessions(websocket)() as session:
+            rows = await service.latest_events(
+                session=session, after_id=cursor.event, limit=CLUSTER_HISTORY_EVENTS
             )
-        for row in reversed(rows):
+        for row in rows:
             cursor.event = row.id
             await _send(websocket, event_frame(row), cursor)
     except BaseException:

@@ -15,14 +15,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import CheckpointSaved
-from agents.vocabulary import Role, Strategy
+from agents.vocabulary import Role
 from backend.checkpoints.schemas import checkpoint_read
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
+from backend.jobs.actions import CHECKPOINTABLE, SAVES_TOGETHER, is_training
 from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Checkpoint, Job, Task
-from backend.jobs.states import JobStatus
 from backend.sizes import human_size
 
 
@@ -107,17 +107,17 @@ def checkpoint_writer(job: Job) -> Task:
     """The task asked to write a checkpoint now: the chief, else the first training task (a
     mirrored job's one worker). A Conflict (409) says why there is none: the job is not
     running, or its strategy saves only at epoch ends."""
-    if job.status is not JobStatus.running:
+    if job.status not in CHECKPOINTABLE:
         raise Conflict(
             f"job {job.id} is {job.status.value}; a checkpoint can be taken only while it runs"
         )
-    if job.strategy == Strategy.multi_worker_mirrored:
+    if job.strategy in SAVES_TOGETHER:
         # Every worker takes part in a save (a collective): one cannot save alone.
         raise Conflict(
             f"job {job.id} is multi_worker_mirrored: its workers save together, at epoch ends "
             "(checkpoint.every_epochs); checkpoint now needs parameter_server or mirrored"
         )
-    training = [t for t in job.tasks if t.role != Role.evaluator]
+    training = [t for t in job.tasks if is_training(t)]
     writer = next((t for t in training if t.role == Role.chief), training[0] if training else None)
     if writer is None:
         raise Conflict(f"job {job.id} has no task that writes checkpoints")

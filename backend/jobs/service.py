@@ -85,6 +85,18 @@ async def list_jobs(
     return list(page), int(total or 0)
 
 
+async def job_exists(*, session: AsyncSession, job_id: int) -> bool:
+    return await session.get(Job, job_id) is not None
+
+
+async def latest_events(*, session: AsyncSession, after_id: int, limit: int) -> list[JobEvent]:
+    """The newest `limit` events of all jobs after `after_id`, oldest first."""
+    newest = await session.scalars(
+        select(JobEvent).where(JobEvent.id > after_id).order_by(JobEvent.id.desc()).limit(limit)
+    )
+    return list(reversed(list(newest)))
+
+
 async def job_events(*, session: AsyncSession, job_id: int, after_id: int = 0) -> list[JobEvent]:
     result = await session.scalars(
         select(JobEvent)

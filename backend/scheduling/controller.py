@@ -46,7 +46,6 @@ from backend.scheduling.reconcilers.running_tasks import (
     sync_running,
 )
 from backend.scheduling.transaction import Outbox, Transaction
-from backend.streams.logs import LogStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,11 +64,9 @@ class Controller:
         sessions: async_sessionmaker[AsyncSession],
         hub: AgentHub,
         tokens: TokenRegistry,
-        logs: LogStore,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
-        self.logs = logs
         self.view = ClusterView()
         self.backend = NativeAgents(settings=settings, tokens=tokens, hub=hub)
         self._lock = asyncio.Lock()

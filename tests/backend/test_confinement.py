@@ -102,7 +102,7 @@ def test_a_log_symlinked_out_of_the_root_is_neither_read_nor_written(tmp_path: P
 
 async def test_the_api_refuses_a_symlinked_log(api: Api) -> None:
     job = (await api.http.post("/jobs", json=make_spec())).json()
-    store: LogStore = api.app.state.controller.logs  # type: ignore[attr-defined]
+    store: LogStore = api.app.state.logs  # type: ignore[attr-defined]
     outside = store.root.parent / "outside.txt"
     outside.write_text("secret\n")
     link = store.root / f"job-{job['id']}" / "chief-0.0.log"

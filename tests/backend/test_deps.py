@@ -36,9 +36,8 @@ async def test_each_getter_returns_what_the_lifespan_built(api: Api) -> None:
     assert isinstance(app, FastAPI)
     at = connection(app)
     assert isinstance(deps.get_controller(at), Controller)
-    # The log store is its own object, the one the controller writes to.
     assert isinstance(deps.get_logs(at), LogStore)
-    assert deps.get_logs(at) is deps.get_controller(at).logs
+    assert deps.get_logs(at) is app.state.logs
     for getter, name in [
         (deps.get_settings, "settings"),
         (deps.get_sessions, "sessions"),

@@ -102,7 +102,7 @@ async def _seed(app: Any) -> list[int]:
                 for seq in range(20)
             )
             await session.commit()
-        app.state.controller.logs.append(ids[0], "chief:0", 0, 0, ["line one", "line two"])
+        app.state.logs.append(ids[0], "chief:0", 0, 0, ["line one", "line two"])
     return ids
 
 

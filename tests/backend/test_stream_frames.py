@@ -141,7 +141,7 @@ def test_every_frame_on_a_job_stream_matches_its_schema(client: TestClient, tmp_
         reply(task)
         task.send_text(points.model_dump_json())
         reply(task)
-        client.app.state.controller.logs.append(job_id, "chief:0", 0, 0, ["hello"])  # type: ignore[attr-defined]
+        client.app.state.logs.append(job_id, "chief:0", 0, 0, ["hello"])  # type: ignore[attr-defined]
         with client.websocket_connect(f"/jobs/{job_id}/stream?token={ADMIN_TOKEN}") as ws:
             ws.send_text('{"type": "subscribe"}')
             while receive(ws)["type"] != "history_end":

@@ -165,7 +165,7 @@ def frames_until(ws: WebSocketTestSession, kind: str) -> list[dict[str, Any]]:
 
 def test_job_stream_history_live_and_resume(client: TestClient) -> None:
     job_id = submit(client)
-    logs = client.app.state.controller.logs  # type: ignore[attr-defined]
+    logs = client.app.state.logs  # type: ignore[attr-defined]
     with runtime(client, job_id) as task:
         reply(task)
         task.send_text(points(range(0, 5)).model_dump_json())
