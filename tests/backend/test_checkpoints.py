@@ -25,6 +25,7 @@ from agents.protocol import (
 )
 from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
+from backend.scheduling.transaction import Transaction
 from tests.conftest import ADMIN_TOKEN
 from tests.support.factories import make_spec
 from tests.support.runtime_channel import reply, runtime
@@ -40,11 +41,14 @@ def submit(client: TestClient, base: str = "parameter_server", **overrides: Any)
 
 
 def set_status(client: TestClient, job_id: int, status: JobStatus) -> None:
+    async def arrange(tx: Transaction) -> None:
+        job = await tx.session.get_one(Job, job_id)
+        job.status = status  # arranged directly: placement is not under test here
+
     async def change() -> None:
-        async with client.app.state.sessions() as session:  # type: ignore[attr-defined]
-            job = await session.get_one(Job, job_id)
-            job.status = status  # arranged directly: placement is not under test here
-            await session.commit()
+        # Through the controller, as every job change: alongside its passes, a write from
+        # outside would meet a job they changed (its version) and fail.
+        await client.app.state.controller.apply(arrange)  # type: ignore[attr-defined]
 
     assert client.portal is not None
     client.portal.call(change)
