@@ -12,7 +12,7 @@ from typing import Literal
 
 from sqlalchemy import select
 
-from agents.vocabulary import Role
+from agents.vocabulary import Role, format_task_name
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import EVALUATOR_STARTABLE, PLACED, evaluator_active
@@ -26,6 +26,7 @@ from backend.scheduling.placement import TaskNeed, Unplaceable, place
 from backend.scheduling.transaction import Transaction
 
 EVALUATOR = (Role.evaluator, 0)
+EVALUATOR_NAME = format_task_name(*EVALUATOR)
 
 
 async def request_evaluator(
@@ -72,7 +73,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
             session=session,
             job=job,
             kind=EventKind.evaluator,
-            task="evaluator:0",
+            task=EVALUATOR_NAME,
             message="sidecar evaluator requested; it starts when the job is placed",
         )
         return
@@ -95,7 +96,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         session=session,
         job=job,
         kind=EventKind.evaluator,
-        task="evaluator:0",
+        task=EVALUATOR_NAME,
         message=f"sidecar evaluator started on {slot.host_name} (attempt {evaluator.attempt})",
         data={"to": "scheduled", "attempt": evaluator.attempt, "host": slot.host_name},
     )
@@ -113,7 +114,7 @@ async def _stop(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         session=session,
         job=job,
         kind=EventKind.evaluator,
-        task="evaluator:0",
+        task=EVALUATOR_NAME,
         message="sidecar evaluator stopped by request",
         data={"to": "stopped", "attempt": evaluator.attempt},
     )

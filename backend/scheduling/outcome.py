@@ -66,7 +66,7 @@ def judge_exit(
         return Outcome(TaskStatus.succeeded, JobStatus.succeeded, what)
     # A multi_worker_mirrored worker finished cleanly.
     if not has_chief and all(
-        status is TaskStatus.succeeded for r, status in sibling_statuses if r == "worker"
+        status is TaskStatus.succeeded for r, status in sibling_statuses if r == Role.worker
     ):
         return Outcome(TaskStatus.succeeded, JobStatus.succeeded, f"all workers finished; {what}")
     return Outcome(TaskStatus.succeeded, None, what)

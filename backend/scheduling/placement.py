@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agents.vocabulary import format_task_name
+
 
 @dataclass(frozen=True)
 class TaskNeed:
@@ -19,7 +21,7 @@ class TaskNeed:
 
     @property
     def name(self) -> str:
-        return f"{self.role}:{self.index}"
+        return format_task_name(self.role, self.index)
 
 
 @dataclass

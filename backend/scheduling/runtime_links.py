@@ -62,7 +62,7 @@ class RuntimeLinks:
         return link if link is not None and link.attempt == attempt else None
 
     async def send_command(
-        self, link: RuntimeLink, action: Literal["checkpoint", "stop"]
+        self, link: RuntimeLink, action: Literal["checkpoint"]
     ) -> tuple[int, asyncio.Future[CommandOutcome]]:
         """Send a command; the future resolves when the runtime answers it (see `resolve`)."""
         command_id = next(self._ids)

@@ -54,7 +54,7 @@ async def attempt_ran_on(*, session: AsyncSession, host: Host, key: TaskKey) -> 
         select(JobEvent).where(
             JobEvent.job_id == key.job_id,
             JobEvent.task == key.task,
-            JobEvent.kind == "task_status",
+            JobEvent.kind == EventKind.task_status,
         )
     )
     return any(
