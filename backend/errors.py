@@ -163,13 +163,19 @@ def dotted(loc: tuple[int | str, ...] | list[int | str]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+def error_response(exc: DomainError) -> JSONResponse:
+    """The answer for a domain error: what the handlers below send, and what a middleware
+    that refuses a request before it reaches them sends too."""
+    body: dict[str, object] = {"detail": exc.message}
+    if isinstance(exc, InvalidInput):
+        body["errors"] = [{"field": i.field, "message": i.message} for i in exc.issues]
+    return JSONResponse(body, status_code=exc.status_code)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain_error(_request: Request, exc: DomainError) -> JSONResponse:
-        body: dict[str, object] = {"detail": exc.message}
-        if isinstance(exc, InvalidInput):
-            body["errors"] = [{"field": i.field, "message": i.message} for i in exc.issues]
-        return JSONResponse(body, status_code=exc.status_code)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _request_validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,4 +1,10 @@
-"""Reading a request body under a size limit, so that the refusal reaches the client.
+"""Bounding every request body by STRATA_MAX_REQUEST_BYTES, so that the refusal reaches the client.
+
+BodyLimit, a middleware create_app installs, answers 413 for a body over the limit on any HTTP
+route: at once when its Content-Length says so, and as soon as the bytes received pass the limit
+when it is chunked. A route therefore never holds more than the limit of a body, whether it
+reads the body itself or lets FastAPI parse it into a model. Websockets pass untouched: their
+frames have their own limits.
 
 An answer sent while the client is still sending its body is easily lost. When the connection
 is to close after the answer (the client sent `Connection: close`, as urllib does, or spoke
@@ -15,9 +21,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backend.errors import PayloadTooLarge
+from backend.errors import PayloadTooLarge, error_response
 
 # Past these a refused body is no longer read: the answer goes out at once, and a client still
 # sending may see a reset. Reading and dropping costs only bandwidth.
@@ -25,34 +33,82 @@ DRAIN_BYTES = 64 << 20
 DRAIN_SECONDS = 30.0
 
 
+class BodyLimit:
+    """Refuses an HTTP request whose body is over `limit` bytes with a 413, before the route
+    has read more than `limit` bytes of it; the rest of the body is read and dropped first."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        declared = declared_length(headers)
+        if declared is not None and declared > self.limit:
+            # A client waiting for "100 Continue" has sent nothing yet and will not until told.
+            if declared <= DRAIN_BYTES and not expects_continue(headers):
+                await discard(Request(scope, receive).stream(), DRAIN_BYTES)
+            refusal = PayloadTooLarge(
+                f"request body is {declared} bytes; the limit is {self.limit}"
+            )
+            await error_response(refusal)(scope, receive, send)
+            return
+
+        received = 0
+        started = refused = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, refused
+            if refused:
+                raise ClientDisconnect
+            message = await receive()
+            if message["type"] != "http.request":
+                return message
+            received += len(message.get("body", b""))
+            if received <= self.limit:
+                return message
+            if not started:  # an answer begun cannot become a 413: the route is only cut off
+                if message.get("more_body", False):
+                    await discard(Request(scope, receive).stream(), DRAIN_BYTES - received)
+                refused = True
+                refusal = PayloadTooLarge(f"request body is over the limit of {self.limit} bytes")
+                await error_response(refusal)(scope, receive, send)
+            # For the route the request ends here, as if the client had gone.
+            raise ClientDisconnect
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:  # the 413 went out: whatever the route answers to its cut body is dropped
+                return
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except Exception:
+            # After the 413 an error from the cut body is expected, and the client has its answer.
+            if not refused:
+                raise
+
+
 async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, or PayloadTooLarge (413) when it is over `limit` bytes. At most
-    `limit` bytes (and one chunk) are kept; the rest of a refused body is read and dropped."""
-    declared = declared_length(request)
-    if declared is not None and declared > limit:
-        # A client waiting for "100 Continue" has sent nothing yet and will not until told.
-        if declared <= DRAIN_BYTES and not expects_continue(request):
-            await discard(request.stream(), DRAIN_BYTES)
-        raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
-    body = bytearray()
-    chunks = request.stream()
-    async for chunk in chunks:
-        body.extend(chunk)
-        if len(body) > limit:
-            await discard(chunks, DRAIN_BYTES - len(body))
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-    return bytes(body)
+    """The request body. BodyLimit, installed with the same `limit` (STRATA_MAX_REQUEST_BYTES),
+    has already refused one over it, so the limit is not checked a second time here."""
+    return await request.body()
 
 
-def declared_length(request: Request) -> int | None:
+def declared_length(headers: Headers) -> int | None:
     """The Content-Length header as a number; None when absent (chunked) or not a number
     (the HTTP server refuses those before the app sees them)."""
-    value = request.headers.get("content-length", "").strip()
+    value = headers.get("content-length", "").strip()
     return int(value) if value.isascii() and value.isdigit() else None
 
 
-def expects_continue(request: Request) -> bool:
-    return request.headers.get("expect", "").strip().lower() == "100-continue"
+def expects_continue(headers: Headers) -> bool:
+    return headers.get("expect", "").strip().lower() == "100-continue"
 
 
 async def discard(chunks: AsyncIterator[bytes], budget: int) -> None:

@@ -1,6 +1,7 @@
 """A body over STRATA_MAX_REQUEST_BYTES gets its 413, with the message, on a real server over
-loopback, however it is framed and whether or not the connection is to close afterwards; and
-the bounds on reading the rest of a refused body.
+loopback, however it is framed, whether or not the connection is to close afterwards and
+whichever route it is sent to (a body at the limit reaches the route); and the bounds on
+reading the rest of a refused body.
 
 The client sends the whole body before it reads: had the server closed the socket with the
 rest unread, the kernel would have reset the connection, failing the send and dropping the
@@ -72,9 +73,9 @@ def read_answer(sock: socket.socket) -> Answer:
     return Answer(int(status_line.split()[1]), headers, body)
 
 
-def request_head(version: str, *headers: str) -> bytes:
+def request_head(version: str, *headers: str, path: str = "/jobs") -> bytes:
     lines = [
-        f"POST /jobs HTTP/{version}",
+        f"POST {path} HTTP/{version}",
         "Host: strata.test",
         f"Authorization: Bearer {ADMIN_TOKEN}",
         "Content-Type: application/json",
@@ -161,6 +162,68 @@ def test_a_body_declared_past_the_drain_bound_is_refused_at_once(server: tuple[s
         answer = read_answer(sock)
     assert answer.status == 413
     assert answer.detail() == f"request body is {declared} bytes; the limit is {LIMIT}"
+
+
+# Routes whose JSON body FastAPI parses into a model: the same limit holds for them.
+MODEL_ROUTES = ["/tokens", "/jobs/1/evaluator"]
+
+
+@pytest.mark.parametrize("framing", list(FRAMINGS))
+@pytest.mark.parametrize("path", MODEL_ROUTES)
+def test_every_route_answers_an_oversized_body_413(
+    server: tuple[str, int], path: str, framing: str
+) -> None:
+    with socket.create_connection(server, timeout=30) as sock:
+        sock.sendall(request_head("1.1", *FRAMINGS[framing], path=path))
+        send_oversized(sock, chunked=framing == "chunked")
+        answer = read_answer(sock)
+        assert answer.status == 413
+        assert json.loads(answer.body) == {"detail": REFUSALS[framing]}
+        # The rest of the body was read: the connection carries the next request.
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: strata.test\r\n\r\n")
+        assert read_answer(sock).status == 200
+
+
+def send_body(sock: socket.socket, body: bytes, chunked: bool) -> None:
+    if not chunked:
+        sock.sendall(body)
+        return
+    for start in range(0, len(body), CHUNK):
+        piece = body[start : start + CHUNK]
+        sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+    sock.sendall(b"0\r\n\r\n")
+
+
+def padded(document: dict[str, str], size: int) -> bytes:
+    """`document` as JSON followed by spaces, `size` bytes in all: still a valid body."""
+    text = json.dumps(document).encode()
+    return text + b" " * (size - len(text))
+
+
+@pytest.mark.parametrize("framing", list(FRAMINGS))
+@pytest.mark.parametrize(
+    ("path", "document", "status"),
+    [
+        ("/tokens", {"name": "at-the-limit"}, 201),
+        ("/jobs/999/evaluator", {"action": "start"}, 404),  # the route's own answer: no such job
+    ],
+    ids=["tokens", "evaluator"],
+)
+def test_a_body_at_the_limit_reaches_the_route_and_one_byte_more_does_not(
+    server: tuple[str, int], path: str, document: dict[str, str], status: int, framing: str
+) -> None:
+    chunked = framing == "chunked"
+    for size, expected in ((LIMIT, status), (LIMIT + 1, 413)):
+        body = padded(document, size)
+        head = ("Transfer-Encoding: chunked",) if chunked else (f"Content-Length: {size}",)
+        with socket.create_connection(server, timeout=30) as sock:
+            sock.sendall(request_head("1.1", *head, path=path))
+            send_body(sock, body, chunked)
+            answer = read_answer(sock)
+        assert answer.status == expected, (size, answer.body)
+        if expected == 413:
+            declared = f"request body is {size} bytes; the limit is {LIMIT}"
+            assert answer.detail() == (REFUSALS[framing] if chunked else declared)
 
 
 async def chunks_of(size: int, count: int, read: list[int]) -> AsyncIterator[bytes]:
