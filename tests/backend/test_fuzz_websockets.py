@@ -26,6 +26,7 @@ from starlette.testclient import WebSocketTestSession
 from starlette.websockets import WebSocketDisconnect
 
 from agents.protocol import (
+    PROTOCOL_VERSION,
     Ack,
     CheckpointAck,
     CheckpointSaved,
@@ -335,6 +336,8 @@ def expect_agent(frames: list[Frame]) -> Outcome:
             return outcome
         if position == 0 and not isinstance(message, Hello):
             return (1008, "the first frame must be hello")
+        if position == 0 and message.protocol != PROTOCOL_VERSION:
+            return (1008, f"agent protocol {message.protocol} is not this server's")
         if position > 0 and isinstance(message, Hello):
             return (1008, "hello may only be sent once")
     return None
@@ -345,6 +348,7 @@ def _with(sample: str, **fields: Any) -> str:
 
 
 # What the fuzzer found, kept as explicit examples: each crashed the channel before the fix.
+@example(first=_with(hello_frame(), protocol=-1), rest=[])  # another protocol: refused
 @example(first=hello_frame(), rest=[b"\x00binary"])  # KeyError: 'text'
 # pid and job id past the database columns (PostgreSQL: DataError)
 @example(first=hello_frame(), rest=[_with(AGENT_SAMPLES[2], pid=2**40)])
