@@ -94,12 +94,6 @@ class BodyLimit:
                 raise
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body. BodyLimit, installed with the same `limit` (STRATA_MAX_REQUEST_BYTES),
-    has already refused one over it, so the limit is not checked a second time here."""
-    return await request.body()
-
-
 def declared_length(headers: Headers) -> int | None:
     """The Content-Length header as a number; None when absent (chunked) or not a number
     (the HTTP server refuses those before the app sees them)."""

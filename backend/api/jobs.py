@@ -8,8 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from agents.protocol import MAX_INT32
-from backend.api.body import read_body
-from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep, SettingsDep
+from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
@@ -47,12 +46,11 @@ _SPEC_BODY: dict[str, Any] = {
 async def submit_job(
     request: Request,
     session: SessionDep,
-    settings: SettingsDep,
     controller: ControllerDep,
     _: AdminPrincipal,
 ) -> JobRead:
     """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
-    body = await read_body(request, settings.max_request_bytes)
+    body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
     spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
 
     async def create(tx: Transaction) -> int:
