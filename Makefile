@@ -39,9 +39,9 @@ test: install ui lint
 	cd frontend && npm run check
 	$(BIN)/pytest -q --cov --cov-report=term:skip-covered
 
-## The inner loop, under 3 minutes: lint, type-check and the tests without TensorFlow, a browser or Docker.
+## The inner loop, under 3 minutes: lint, type-check and the tests without TensorFlow, a browser, Docker or PostgreSQL.
 check: lint
-	$(BIN)/pytest -q -m "not e2e and not slow"
+	$(BIN)/pytest -q -m "not e2e and not slow and not postgres"
 
 ## Run every benchmark (QUICK=1 for the short versions), draw the plots, render docs/benchmarks.md.
 bench: install

@@ -57,7 +57,7 @@ async def postgres_url(postgres_admin_url: str) -> AsyncIterator[str]:
     await drop_database(postgres_admin_url, url)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Every test that takes this runs once on SQLite and once on PostgreSQL."""
     if request.param == "sqlite":
