@@ -31,7 +31,6 @@ from backend.scheduling import task_events
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import RESEND_SECONDS, NativeAgents
-from backend.scheduling.placement import HostCapacity
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
@@ -86,9 +85,6 @@ class Controller:
     def wake(self) -> None:
         """Ask for a reconcile pass now (a job was submitted, cancelled, an agent joined)."""
         self._wake.set()
-
-    async def capacities(self, session: AsyncSession) -> list[HostCapacity]:
-        return await self.backend.capacities(session)
 
     # --- the loop -------------------------------------------------------------------
 
