@@ -65,6 +65,9 @@ class TaskEnvironment(BaseModel):
     grpc_fail_fast: _Text = Field(default=None, alias="GRPC_FAIL_FAST")
     # "1": tf.keras is tf_keras (see `prefer_tf_keras`).
     legacy_keras: _Text = Field(default=None, alias="TF_USE_LEGACY_KERAS")
+    # Where the runtime writes why it stopped the task for good (see agents.runtime.refusal);
+    # the agent sets it per attempt and reads it back when the process exits.
+    termination_file: _Text = Field(default=None, alias="STRATA_TERMINATION_FILE")
 
     @staticmethod
     def device_list(gpus: Iterable[int]) -> str:

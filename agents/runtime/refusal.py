@@ -1,0 +1,46 @@
+"""Stopping a task for good: a failure that no restart can fix (a Keras the strategy cannot
+train, a warm-start checkpoint that does not exist).
+
+The runtime writes the reason as JSON to the file the agent names in STRATA_TERMINATION_FILE
+and exits with `EXIT_REFUSED`. The agent reads the file when the process exits and sends the
+reason with the exit; the server fails the job with that reason instead of restarting it.
+Run by hand (no such variable), the reason is only printed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import NoReturn
+
+from agents.environment import TaskEnvironment
+
+log = logging.getLogger("strata.runtime")
+
+TERMINATION_ENV = TaskEnvironment.variable("termination_file")
+EXIT_REFUSED = 78  # sysexits' EX_CONFIG: the job as configured cannot run
+MAX_REASON_CHARS = 2000
+
+
+class TaskRefused(SystemExit):
+    """Raised by `refuse`: ends the process with EXIT_REFUSED (Keras lets SystemExit through)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(EXIT_REFUSED)
+        self.reason = reason
+
+
+def refuse(reason: str) -> NoReturn:
+    """Ends this task with `reason`; the job fails with it and is not restarted."""
+    reason = reason[:MAX_REASON_CHARS]
+    print(f"strata: {reason}", file=sys.stderr, flush=True)
+    path = os.environ.get(TERMINATION_ENV)
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as out:
+                json.dump({"reason": reason, "retry": False}, out)
+        except OSError as exc:
+            log.warning("strata: could not write the termination file %s: %r", path, exc)
+    raise TaskRefused(reason)
