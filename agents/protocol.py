@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agents.vocabulary import TaskNameText
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: TaskExit.refused
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 MAX_LOG_BATCH = 1_000  # lines per task_logs message
 MAX_LOG_BATCH_CHARS = 512 * 1024  # characters of lines per task_logs message (one line more)
@@ -67,6 +67,9 @@ class TaskExit(_Message):
     exit_code: int | None = Field(ge=-MAX_INT32, le=MAX_INT32)
     signal: int | None = Field(default=None, ge=0, le=1024)  # the signal that ended it, if one did
     error: str | None = Field(default=None, max_length=4096)  # why it could not start
+    # Why the task stopped itself for good (agents.runtime.refusal): the job fails with this
+    # reason and is not restarted.
+    refused: str | None = Field(default=None, max_length=4096)
     log_tail: list[str] = Field(default_factory=list, max_length=50)
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import sys
+import tempfile
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,6 +21,7 @@ from agents.protocol import StartTask, TaskExit, TaskKey
 TAIL_LINES = 30
 PR_SET_PDEATHSIG = 1
 PYTHON_NAMES = frozenset({"python", "python3"})
+MAX_TERMINATION_BYTES = 8192
 # Agent credentials stay with the agent; a task gets its own scoped token instead.
 # The agent's and the server's credentials (values and files) are not the task's business.
 WITHHELD_ENV = (
@@ -80,6 +83,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _new_termination_file() -> Path:
+    """An empty file only this agent's user can write, for the task to explain a refusal."""
+    handle, name = tempfile.mkstemp(prefix="strata-termination-", suffix=".json")
+    os.close(handle)
+    return Path(name)
+
+
 class TaskProcess:
     """One running attempt. Output lines go to ``on_lines``; ``wait`` returns how it ended."""
 
@@ -89,6 +99,7 @@ class TaskProcess:
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._process: asyncio.subprocess.Process | None = None
         self._pumps: list[asyncio.Task[None]] = []
+        self._termination_file: Path | None = None
         self.stop_requested = False
 
     @property
@@ -101,6 +112,8 @@ class TaskProcess:
     ) -> None:
         cwd = resolve_working_dir(workspace, command.working_dir)
         env = task_env(os.environ, command.env, server_url, ca_file)
+        self._termination_file = _new_termination_file()
+        env[TaskEnvironment.variable("termination_file")] = str(self._termination_file)
         try:
             self._process = await asyncio.create_subprocess_exec(
                 *resolve_argv(command.argv),
@@ -113,6 +126,7 @@ class TaskProcess:
                 preexec_fn=_die_with_parent,
             )
         except OSError as exc:
+            self._termination_file.unlink(missing_ok=True)
             raise LaunchError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from exc
         assert self._process.stdout is not None and self._process.stderr is not None
         self._pumps = [
@@ -144,8 +158,28 @@ class TaskProcess:
             key=self.key,
             exit_code=128 + died_of if died_of else code,
             signal=died_of,
+            refused=self._read_refusal(),
             log_tail=list(self._tail),
         )
+
+    def _read_refusal(self) -> str | None:
+        """The reason the task gave for stopping for good, if it wrote one (then removed)."""
+        path, self._termination_file = self._termination_file, None
+        if path is None:
+            return None
+        try:
+            with path.open("rb") as source:
+                raw = source.read(MAX_TERMINATION_BYTES)
+            path.unlink(missing_ok=True)
+        except OSError:
+            return None
+        if not raw:
+            return None
+        try:
+            reason = json.loads(raw.decode("utf-8", "replace")).get("reason")
+        except (ValueError, AttributeError):
+            return None
+        return str(reason)[:4096] if reason else None
 
     async def stop(self, grace: float) -> None:
         """SIGTERM to the group, then SIGKILL once the grace period is over."""

@@ -178,6 +178,7 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
         "attempt": task.attempt,
         "exit_code": exit.exit_code,
         "signal": exit.signal,
+        "refused": exit.refused,
         "log_tail": exit.log_tail,
     }
     await record_event(
@@ -191,7 +192,10 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
     if outcome.job_status is None:
         return
     reason = outcome.reason
-    if outcome.job_status is JobStatus.failed:
+    if outcome.job_status is JobStatus.failed and exit.refused is not None:
+        # The task stopped itself for good: restarting it would only fail the same way.
+        reason = f"{task.name} stopped for good: {exit.refused}"
+    elif outcome.job_status is JobStatus.failed:
         decision = await restarts.after_failure(
             tx=tx,
             job=job,

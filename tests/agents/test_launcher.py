@@ -177,3 +177,24 @@ async def test_an_unusable_task_environment_starts_nothing(tmp_path: Path) -> No
     with pytest.raises(LaunchError, match=r"STRATA_TASK='boss:0'.*STRATA_ATTEMPT='x'"):
         await process.spawn(start, tmp_path, "http://x")
     assert not marker.exists()
+
+
+async def test_a_refusal_written_by_the_runtime_comes_back_with_the_exit(tmp_path: Path) -> None:
+    process = TaskProcess(KEY, lambda _key, _lines: None)
+    code = (
+        "from agents.runtime.refusal import refuse; "
+        "refuse('Keras 3 cannot train under multi_worker_mirrored')"
+    )
+    await run(process, command("python", "-c", code), tmp_path)
+    path = Path(process._termination_file or "")
+    exit = await process.wait()
+    assert exit.exit_code == 78
+    assert exit.refused == "Keras 3 cannot train under multi_worker_mirrored"
+    assert not path.exists()  # read once, then removed
+
+
+async def test_an_ordinary_exit_carries_no_refusal(tmp_path: Path) -> None:
+    process = TaskProcess(KEY, lambda _key, _lines: None)
+    await run(process, command("python", "-c", "raise SystemExit(78)"), tmp_path)
+    exit = await process.wait()
+    assert (exit.exit_code, exit.refused) == (78, None)
