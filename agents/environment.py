@@ -59,6 +59,13 @@ class TaskEnvironment(BaseModel):
     checkpoint_dir: _Text = Field(default=None, alias="STRATA_CHECKPOINT_DIR")
     # The spec's checkpoint policy less its dir, as JSON (agents.runtime.checkpoint_policy).
     checkpoint_policy: _Text = Field(default=None, alias="STRATA_CHECKPOINT_POLICY")
+    # The spec's `export` as JSON (agents.options.ExportOptions); unset: no export.
+    export: _Text = Field(default=None, alias="STRATA_EXPORT")
+    # The spec's `strategy_options` as JSON (agents.options.StrategyOptions).
+    strategy_options: _Text = Field(default=None, alias="STRATA_STRATEGY_OPTIONS")
+    # The spec's checkpoint.warm_start_from: an absolute checkpoint prefix or dir whose
+    # weights a task without a backup of its own starts from (agents.runtime.warm_start).
+    warm_start_from: _Text = Field(default=None, alias="STRATA_WARM_START_FROM")
     # The CA the agent trusts for the server, so that the runtime trusts the same one.
     ca_file: _Text = Field(default=None, alias=CA_FILE_ENV)
     # gRPC's failure mode for calls to a dead peer.

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agents.environment import TaskEnvironment
+from agents.options import ExportOptions, StrategyOptions
 from agents.protocol import METRIC_NAME_PATTERN
 from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
@@ -109,6 +110,13 @@ class CheckpointPolicy(_Strict):
         "on short epochs, every epoch would slow training down.",
     )
 
+    warm_start_from: str | None = Field(
+        default=None,
+        description="An absolute checkpoint path (a prefix such as /ckpts/job-3/ckpt-8, or a "
+        "dir: its latest) the model's weights and optimizer start from, when the task has no "
+        "backup of its own to resume from. It may come from another strategy.",
+    )
+
     @property
     def saves(self) -> bool:
         """Whether the runtime writes checkpoints on its own (checkpoint-now always can)."""
@@ -125,6 +133,28 @@ class CheckpointPolicy(_Strict):
                 "checkpoint.dir must name a directory under the checkpoint root (other jobs' "
                 f"dirs live in the root itself), got {value!r}; leave it null for a per-job dir"
             )
+        return value
+
+    @field_validator("warm_start_from")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        what = "checkpoint.warm_start_from"
+        if _CONTROL.search(value):
+            raise ValueError(f"{what} must not contain NUL or control characters, got {value!r}")
+        if len(value) > MAX_PATH_CHARS:
+            raise ValueError(
+                f"{what} must be at most {MAX_PATH_CHARS} characters, got {len(value)}"
+            )
+        path = PurePosixPath(value)
+        if not path.is_absolute():
+            raise ValueError(
+                f"{what} must be an absolute path (a checkpoint prefix or a checkpoint dir), "
+                f"got {value!r}"
+            )
+        if ".." in path.parts or len(path.parts) < 2:
+            raise ValueError(f"{what} must name a checkpoint, without '..' parts; got {value!r}")
         return value
 
 
@@ -145,6 +175,11 @@ class JobSpec(_Strict):
     replicas: Replicas
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     restart: RestartPolicy = RestartPolicy()
+    export: ExportOptions | None = Field(
+        default=None,
+        description="Export the trained model when fit ends successfully; {} for the defaults.",
+    )
+    strategy_options: StrategyOptions = StrategyOptions()
     priority: Annotated[int, Field(ge=-100, le=100, description="Higher is placed first.")] = 0
 
     @field_validator("name")
@@ -231,6 +266,23 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
                     f"got {r.chief.count} chief and {r.worker.count} worker",
                 )
             )
+    options = spec.strategy_options
+    if options.communication is not None and spec.strategy != Strategy.multi_worker_mirrored:
+        issues.append(
+            FieldIssue(
+                "strategy_options.communication",
+                "collective communication is an option of multi_worker_mirrored only; this "
+                f"job is {spec.strategy}",
+            )
+        )
+    if options.partitioner is not None and spec.strategy != Strategy.parameter_server:
+        issues.append(
+            FieldIssue(
+                "strategy_options.partitioner",
+                "the variable partitioner is an option of parameter_server only; this job is "
+                f"{spec.strategy}",
+            )
+        )
     need(r.evaluator.count <= 1, Role.evaluator, "at most one sidecar evaluator")
     if spec.task_count() > MAX_TASKS_PER_JOB:
         issues.append(

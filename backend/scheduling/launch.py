@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.environment import TaskEnvironment
+from agents.options import StrategyOptions
 from agents.protocol import StartTask, TaskKey
 from agents.vocabulary import Role, Strategy, TaskName
 from backend.jobs.spec import JobSpec
@@ -48,7 +49,15 @@ def task_environment(
         task_token=task_token,
         checkpoint_dir=str(checkpoint_dir(spec, key.job_id, checkpoint_root)),
         # every_epochs, every_seconds, keep, keep_best: read by agents.runtime.checkpoints.
-        checkpoint_policy=spec.checkpoint.model_dump_json(exclude={"dir"}),
+        checkpoint_policy=spec.checkpoint.model_dump_json(exclude={"dir", "warm_start_from"}),
+        warm_start_from=spec.checkpoint.warm_start_from,
+        # Read by agents.runtime.export and agents.runtime.strategy (agents.options).
+        export=spec.export.model_dump_json() if spec.export is not None else None,
+        strategy_options=(
+            spec.strategy_options.model_dump_json(exclude_none=True)
+            if spec.strategy_options != StrategyOptions()
+            else None
+        ),
         # Fail RPCs to a dead peer at once so the coordinator can reschedule its closures.
         grpc_fail_fast="use_caller",
         # tf.keras is tf_keras: Keras 3 cannot fit under the multi-worker strategies.

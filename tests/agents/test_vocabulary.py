@@ -114,9 +114,13 @@ FULL = TaskEnvironment(
     task_token="task-token",
     checkpoint_dir="/ckpt/job-7",
     checkpoint_policy='{"every_epochs": 1}',
+    export='{"dir": "export", "format": "auto"}',
+    strategy_options='{"communication": "ring"}',
+    warm_start_from="/ckpt/job-6/ckpt-3",
     ca_file="/etc/strata/ca.pem",
     grpc_fail_fast="use_caller",
     legacy_keras="1",
+    termination_file="/tmp/strata-termination.json",
 )
 
 
@@ -133,9 +137,13 @@ def test_the_environment_round_trips() -> None:
         "STRATA_TASK_TOKEN": "task-token",
         "STRATA_CHECKPOINT_DIR": "/ckpt/job-7",
         "STRATA_CHECKPOINT_POLICY": '{"every_epochs": 1}',
+        "STRATA_EXPORT": '{"dir": "export", "format": "auto"}',
+        "STRATA_STRATEGY_OPTIONS": '{"communication": "ring"}',
+        "STRATA_WARM_START_FROM": "/ckpt/job-6/ckpt-3",
         CA_FILE_ENV: "/etc/strata/ca.pem",
         "GRPC_FAIL_FAST": "use_caller",
         "TF_USE_LEGACY_KERAS": "1",
+        "STRATA_TERMINATION_FILE": "/tmp/strata-termination.json",
     }
     assert set(env) == TaskEnvironment.variables()
     assert TaskEnvironment.from_env(env) == FULL
