@@ -11,15 +11,17 @@ import sys
 from typing import Any, TypeAlias
 
 from agents.environment import prefer_tf_keras
-from agents.runtime.cluster import StrategyName, TFConfig
+from agents.options import DEFAULT_MIN_SHARD_BYTES, StrategyOptions
+from agents.runtime.cluster import StrategyName, TFConfig, task_environment
 from agents.vocabulary import Role
 
 # tf.distribute.Strategy; TensorFlow ships no type information, so to mypy it is Any anyway.
 Strategy: TypeAlias = Any
 
 # Under parameter_server a variable is split across the ps tasks once it is this large; small
-# models stay whole, which keeps every step to one round trip per variable.
-MIN_SHARD_BYTES = 256 << 10
+# models stay whole, which keeps every step to one round trip per variable. The spec's
+# strategy_options.partitioner changes it (and the number of shards, one per ps by default).
+MIN_SHARD_BYTES = DEFAULT_MIN_SHARD_BYTES
 
 
 def import_tensorflow() -> Any:
@@ -30,14 +32,56 @@ def import_tensorflow() -> Any:
     return tf
 
 
-def build_strategy(name: StrategyName, config: TFConfig | None) -> Strategy:
+def strategy_options(raw: str | None = None) -> StrategyOptions:
+    """The job's strategy options (STRATA_STRATEGY_OPTIONS, or `raw`); none when unset.
+
+    The server validated them against the strategy; a value this runtime cannot read (a
+    newer server's, a hand-set one) is reported and ignored rather than stopping training.
+    """
+    if raw is None:
+        raw = task_environment().strategy_options
+    if raw is None:
+        return StrategyOptions()
+    try:
+        return StrategyOptions.model_validate_json(raw)
+    except ValueError as exc:
+        print(f"strata: ignoring STRATA_STRATEGY_OPTIONS={raw!r}: {exc}", file=sys.stderr)
+        return StrategyOptions()
+
+
+def communication_options(options: StrategyOptions) -> Any:
+    """tf.distribute.experimental.CommunicationOptions for multi_worker_mirrored."""
+    tf = import_tensorflow()
+    implementation = tf.distribute.experimental.CommunicationImplementation[
+        (options.communication or "auto").upper()
+    ]
+    return tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+
+
+def variable_partitioner(options: StrategyOptions, num_ps: int) -> Any:
+    """The MinSizePartitioner of parameter_server: the spec's bounds, else the defaults."""
+    tf = import_tensorflow()
+    chosen = options.partitioner
+    min_shard_bytes = chosen.min_shard_bytes if chosen is not None else MIN_SHARD_BYTES
+    max_shards = chosen.max_shards if chosen is not None else None
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=min_shard_bytes, max_shards=max_shards or max(num_ps, 1)
+    )
+
+
+def build_strategy(
+    name: StrategyName, config: TFConfig | None, options: StrategyOptions | None = None
+) -> Strategy:
     """A new strategy of the given kind for this task (a strategy can be built once a process).
 
     The cluster comes from TF_CONFIG through TFConfigClusterResolver, exactly as TensorFlow
     would read it; `config` is our own parse of the same variable, for the log line and the
-    number of ps tasks.
+    number of ps tasks. `options` are the spec's strategy_options (default: from the
+    environment).
     """
     tf = import_tensorflow()
+    if options is None:
+        options = strategy_options()
     if name == StrategyName.mirrored:
         # One process, all its local devices; TF_CONFIG (a one-task cluster) is not consulted.
         return tf.distribute.MirroredStrategy()
@@ -53,11 +97,11 @@ def build_strategy(name: StrategyName, config: TFConfig | None) -> Strategy:
         flush=True,
     )
     if name == StrategyName.multi_worker_mirrored:
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=communication_options(options)
+        )
     num_ps = len(config.cluster.get(Role.ps, ()))
-    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=MIN_SHARD_BYTES, max_shards=max(num_ps, 1)
-    )
+    partitioner = variable_partitioner(options, num_ps)
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 

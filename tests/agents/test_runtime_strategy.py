@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agents import runtime
+from agents.options import StrategyOptions
 from agents.runtime import cluster
 from agents.runtime.cluster import ClusterConfigError, parse_tf_config, strategy_name
 from tests.support.postgres import free_port
@@ -220,3 +221,99 @@ def test_server_serves_until_sigterm_and_exits_zero() -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# --- the spec's strategy options --------------------------------------------------------------
+
+
+def test_strategy_options_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents.runtime.strategy import strategy_options
+
+    monkeypatch.delenv("STRATA_STRATEGY_OPTIONS", raising=False)
+    assert strategy_options() == StrategyOptions()
+    monkeypatch.setenv("STRATA_STRATEGY_OPTIONS", '{"partitioner": {"max_shards": 3}}')
+    read = strategy_options()
+    assert read.partitioner is not None and read.partitioner.max_shards == 3
+    assert read.partitioner.min_shard_bytes == 256 << 10
+
+
+def test_unreadable_strategy_options_are_ignored_with_a_word(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agents.runtime.strategy import strategy_options
+
+    assert strategy_options('{"communication": "carrier-pigeon"}') == StrategyOptions()
+    assert "ignoring STRATA_STRATEGY_OPTIONS" in capsys.readouterr().err
+
+
+# Builds each multi-worker strategy for real, in its own process (one per process), on a
+# cluster of in-process servers, with options from the environment as the server sets them.
+BUILD_WITH_OPTIONS = """
+import json, os, sys
+import tensorflow as tf
+from agents import runtime
+
+kind, options, ports = sys.argv[1], sys.argv[2], [int(p) for p in sys.argv[3:]]
+if kind == "parameter_server":
+    cluster = {
+        "chief": [f"127.0.0.1:{ports[0]}"],
+        "worker": [f"127.0.0.1:{ports[1]}"],
+        "ps": [f"127.0.0.1:{ports[2]}"],
+    }
+    spec = tf.train.ClusterSpec(cluster)
+    servers = [
+        tf.distribute.Server(spec, job_name=role, task_index=0, protocol="grpc", start=True)
+        for role in ("worker", "ps")
+    ]
+    task = {"type": "chief", "index": 0}
+else:
+    cluster = {"worker": [f"127.0.0.1:{ports[0]}"]}
+    task = {"type": "worker", "index": 0}
+os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": task})
+os.environ["STRATA_STRATEGY"] = kind
+os.environ["STRATA_STRATEGY_OPTIONS"] = options
+strategy = runtime.strategy()
+extended = strategy.extended
+if kind == "parameter_server":
+    partitioner = extended._variable_partitioner
+    with strategy.scope():
+        big = tf.Variable(tf.zeros([64, 1024]))  # 256 KiB
+    shards = len(big.variables) if hasattr(big, "variables") else 1
+    print("RESULT", partitioner._min_shard_bytes, partitioner._max_shards, shards, flush=True)
+else:
+    print("RESULT", extended._communication_options.implementation.value, flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.slow  # imports TensorFlow, twice
+@pytest.mark.parametrize(
+    ("kind", "options", "expected"),
+    [
+        ("multi_worker_mirrored", '{"communication": "ring"}', "RING"),
+        ("multi_worker_mirrored", "", "AUTO"),
+        (
+            "parameter_server",
+            '{"partitioner": {"min_shard_bytes": 4096, "max_shards": 4}}',
+            "4096 4 4",
+        ),
+        ("parameter_server", "", f"{256 << 10} 1 1"),
+    ],
+    ids=["mwm-ring", "mwm-default", "ps-partitioner", "ps-default"],
+)
+def test_the_built_strategy_carries_the_spec_options(
+    kind: str, options: str, expected: str
+) -> None:
+    ports = [str(free_port()) for _ in range(3)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "STRATA_"))}
+    result = subprocess.run(
+        [sys.executable, "-c", BUILD_WITH_OPTIONS, kind, options, *ports],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, result.stderr[-3000:]
+    assert lines[-1].removeprefix("RESULT ") == expected
