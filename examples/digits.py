@@ -5,10 +5,14 @@ input is a `DatasetCreator`, which model.fit accepts under ParameterServerStrate
 MultiWorkerMirroredStrategy and MirroredStrategy alike. Everything else is ordinary tf_keras.
 `runtime.callbacks()` streams the metrics and, under Strata, keeps checkpoints and backups.
 
-The last EVAL_FRACTION of the data is held out: training never sees it, and the job's sidecar
-evaluator (the task whose role is "evaluator") evaluates each new checkpoint on it.
+The last EVAL_FRACTION of the data is held out: training never sees it. The job's sidecar
+evaluator (the task whose role is "evaluator") evaluates each new checkpoint on it; with
+`--validation-steps N`, `fit` validates on it at each epoch end (``val_*`` metrics), and with
+`--evaluate-steps N` the script evaluates the trained model on it (``eval/*``). Under
+parameter_server both run on the coordinator, which schedules the batches on the workers.
 
     python examples/digits.py --epochs 5 --steps-per-epoch 20 --batch 64
+    python examples/digits.py --steps-per-execution 4 --validation-steps 5 --evaluate-steps 5
 """
 
 from __future__ import annotations
@@ -36,6 +40,27 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps-per-epoch", type=int, default=20)
     parser.add_argument("--batch", type=int, default=int(os.environ.get("DIGITS_BATCH", "64")))
     parser.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=1,
+        help="training steps per call of the compiled train function (compile's "
+        "steps_per_execution); under parameter_server, steps per scheduled closure",
+    )
+    parser.add_argument(
+        "--validation-steps",
+        type=int,
+        default=0,
+        help="validate on the held-out data at each epoch end, this many batches "
+        "(val_* metrics); 0: no validation",
+    )
+    parser.add_argument(
+        "--evaluate-steps",
+        type=int,
+        default=0,
+        help="after training, model.evaluate on the held-out data, this many batches "
+        "(reported as eval/*); 0: no evaluation",
+    )
+    parser.add_argument(
         "--fail-at-epoch",
         type=int,
         default=None,
@@ -60,7 +85,7 @@ def load_data() -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.nda
 
 
 def make_dataset_creator(
-    features: np.ndarray, labels: np.ndarray, global_batch: int
+    features: np.ndarray, labels: np.ndarray, global_batch: int, *, shuffle: bool = True
 ) -> keras.utils.experimental.DatasetCreator:
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = input_context.get_per_replica_batch_size(global_batch)
@@ -68,15 +93,18 @@ def make_dataset_creator(
         # Under multi_worker_mirrored each worker is one input pipeline and reads its own shard.
         # Under parameter_server every worker is pipeline 0 of 1 and reads everything, so the
         # shuffle is unseeded: each worker then draws its own order. The data repeat forever,
-        # which is why model.fit needs steps_per_epoch.
+        # which is why model.fit needs steps_per_epoch (and validation_steps, and evaluate
+        # steps: held-out data come as a DatasetCreator too, the only input that
+        # ParameterServerStrategy takes besides in-memory arrays).
         dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        dataset = dataset.shuffle(len(features))
+        if shuffle:
+            dataset = dataset.shuffle(len(features))
         return dataset.repeat().batch(batch, drop_remainder=True).prefetch(2)
 
     return keras.utils.experimental.DatasetCreator(dataset_fn)
 
 
-def build_model() -> keras.Model:
+def build_model(steps_per_execution: int = 1) -> keras.Model:
     model = keras.Sequential(
         [
             keras.layers.Input(shape=(64,)),
@@ -88,6 +116,7 @@ def build_model() -> keras.Model:
         optimizer=keras.optimizers.Adam(learning_rate=0.01),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
     )
     return model
 
@@ -98,9 +127,10 @@ class EpochLines(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         logs = logs or {}
+        validation = f" val_loss={float(logs['val_loss']):.4f}" if "val_loss" in logs else ""
         print(
             f"epoch={epoch + 1} loss={float(logs['loss']):.4f} "
-            f"accuracy={float(logs['accuracy']):.4f} wall_time={time.time():.3f}",
+            f"accuracy={float(logs['accuracy']):.4f}{validation} wall_time={time.time():.3f}",
             flush=True,
         )
 
@@ -153,20 +183,44 @@ def main() -> int:
         flush=True,
     )
     with strategy.scope():
-        model = build_model()
+        model = build_model(args.steps_per_execution)
 
     callbacks: list[keras.callbacks.Callback] = [FirstStepLine(), EpochLines()]
     if args.fail_at_epoch is not None:
         callbacks.append(FailAtEpoch(args.fail_at_epoch))
     if not args.without_runtime_callbacks:
         callbacks += runtime.callbacks(batch_size=args.batch)
+    validation: dict[str, Any] = {}
+    if args.validation_steps > 0:
+        validation = {
+            "validation_data": make_dataset_creator(
+                eval_features, eval_labels, args.batch, shuffle=False
+            ),
+            "validation_steps": args.validation_steps,
+        }
     model.fit(
         make_dataset_creator(features, labels, args.batch),
         epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         callbacks=callbacks,
         verbose=0,
+        **validation,
     )
+    if args.evaluate_steps > 0:
+        # On the coordinator under parameter_server (the workers run the steps); the same
+        # callbacks report the result as eval/* at the last training step.
+        results = model.evaluate(
+            make_dataset_creator(eval_features, eval_labels, args.batch, shuffle=False),
+            steps=args.evaluate_steps,
+            callbacks=callbacks,
+            verbose=0,
+            return_dict=True,
+        )
+        print(
+            "strata-example: evaluated "
+            + " ".join(f"{name}={float(value):.4f}" for name, value in results.items()),
+            flush=True,
+        )
     print("strata-example: done", flush=True)
     return 0
 
