@@ -232,8 +232,13 @@ class CheckpointSaved(_Message):
     size_bytes: int = Field(ge=0, le=MAX_INT64)
     # Seconds since the epoch, when the write finished (up to the year 9999).
     wall_time: float = Field(ge=0, le=253_402_300_799, allow_inf_nan=False)
-    trigger: Literal["epoch", "time", "command", "end"]
+    # "export": the trained model, written when fit ended (the spec's `export`).
+    trigger: Literal["epoch", "time", "command", "end", "export"]
     command_id: int | None = None  # the checkpoint-now request it answers
+    # tf_checkpoint: tf.train.Checkpoint files (<name>.index, <name>.data-*); saved_model: a
+    # SavedModel dir; keras: a .keras file (the name includes the suffix).
+    format: Literal["tf_checkpoint", "saved_model", "keras"] = "tf_checkpoint"
+    keras: Literal["tf_keras", "keras3"] | None = None  # the Keras whose model wrote it
     metrics: dict[Annotated[str, Field(pattern=METRIC_NAME_PATTERN)], float] = Field(
         default_factory=dict, max_length=200
     )
