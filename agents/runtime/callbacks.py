@@ -517,19 +517,25 @@ def strata_metrics_class() -> type:
 
 
 def make_callbacks(batch_size: int | None = None, *, sink: MetricSink | None = None) -> list[Any]:
-    """What `runtime.callbacks()` returns: [BackupAndRestore, StrataMetrics, StrataCheckpoints].
+    """What `runtime.callbacks()` returns: [KerasGuard, StrataBackup, StrataMetrics,
+    StrataCheckpoints].
 
-    StrataMetrics when reporting is on; BackupAndRestore and StrataCheckpoints when the job
+    KerasGuard (under Strata) stops the task for good when the model is Keras 3 and the
+    strategy one Keras 3 cannot train with (`agents.runtime.flavor`). StrataMetrics when
+    reporting is on; BackupAndRestore and StrataCheckpoints when the job
     has a checkpoint dir (STRATA_CHECKPOINT_DIR; see `agents.runtime.checkpoints`). Outside
     Strata that is []. BackupAndRestore comes first: its on_train_begin restores the weights,
     the optimizer (its step) and the epoch counter before any other callback looks at them.
     """
     from agents.runtime.checkpoints import checkpoint_callbacks
+    from agents.runtime.flavor import keras_guard
     from agents.runtime.sender import get_sender
 
     target = sink if sink is not None else get_sender()
     checkpoints = checkpoint_callbacks(target)
     callbacks: list[Any] = []
+    if target.enabled or checkpoints is not None:
+        callbacks.append(keras_guard())
     if checkpoints is not None:
         callbacks.append(checkpoints[0])
     if target.enabled:

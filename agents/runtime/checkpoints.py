@@ -67,6 +67,7 @@ from agents.runtime.checkpoint_policy import (
     parse_policy,
 )
 from agents.runtime.cluster import task_environment
+from agents.runtime.flavor import KerasFlavor, keras_flavor
 from agents.runtime.values import sanitize_name
 from agents.vocabulary import Role
 
@@ -599,26 +600,63 @@ def strata_checkpoints_class() -> type:
 def backup_and_restore(
     directory: str, every_seconds: float, clock: Callable[[], float] = time.monotonic
 ) -> Any:
-    """tf_keras's BackupAndRestore in ``<dir>/backup``: a restarted chief resumes at the epoch
-    after its last backup (supported under every strategy we run). It backs up at an epoch
-    end once `every_seconds` have passed since the last backup or the start of training
-    (0: at every epoch end), so that short epochs do not pay for a backup each."""
-    import tf_keras as keras
+    """`StrataBackup`: the model's own Keras' BackupAndRestore in ``<dir>/backup``.
 
-    class ThrottledBackupAndRestore(keras.callbacks.BackupAndRestore):  # type: ignore[misc]
-        def on_train_begin(self, logs: Any = None) -> None:
-            super().on_train_begin(logs)
+    A restarted chief resumes at the epoch after its last backup (supported under every
+    strategy we run with tf_keras, and under mirrored with Keras 3). Which Keras is known
+    only when `fit` hands the callback its model, so the real callback (tf_keras's, which
+    writes a TF checkpoint, or Keras 3's, which writes ``latest.weights.h5``) is made then.
+    It backs up at an epoch end once `every_seconds` have passed since the last backup or
+    the start of training (0: at every epoch end), so that short epochs do not pay for a
+    backup each.
+    """
+    import tf_keras
+
+    backup_dir = os.path.join(directory, BACKUP_SUBDIR)
+
+    class StrataBackup(tf_keras.callbacks.Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner: Any = None
             self.last_backup = clock()
+
+        def set_model(self, model: Any) -> None:
+            super().set_model(model)
+            if self.inner is not None and self.inner.model is model:
+                return
+            if keras_flavor(model) is KerasFlavor.keras3:
+                import keras
+
+                self.inner = keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch")
+            else:
+                self.inner = tf_keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch")
+            self.inner.set_model(model)
+            params = getattr(self, "params", None)  # Keras 3 sets them after the model
+            if params:
+                self.inner.set_params(params)
+
+        def set_params(self, params: Any) -> None:
+            super().set_params(params)
+            if self.inner is not None:
+                self.inner.set_params(params)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.inner.on_train_begin(logs)
+            self.last_backup = clock()
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.inner.on_epoch_begin(epoch, logs)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if clock() - self.last_backup >= every_seconds:
-                super().on_epoch_end(epoch, logs)
+                self.inner.on_epoch_end(epoch, logs)
                 # From the end of the save: a slow save does not shorten the next interval.
                 self.last_backup = clock()
 
-    return ThrottledBackupAndRestore(
-        backup_dir=os.path.join(directory, BACKUP_SUBDIR), save_freq="epoch"
-    )
+        def on_train_end(self, logs: Any = None) -> None:
+            self.inner.on_train_end(logs)
+
+    return StrataBackup()
 
 
 def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | None:

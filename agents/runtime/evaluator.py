@@ -1,9 +1,10 @@
 """The sidecar evaluator: evaluates each new checkpoint of the job and reports the results.
 
-`run_sidecar_evaluator` runs `tf_keras.utils.SidecarEvaluator` over the job's checkpoint dir
-(STRATA_CHECKPOINT_DIR): it waits for a checkpoint newer than the last one it evaluated
-(the ``checkpoint`` state file that `StrataCheckpoints` keeps), restores the model and the
-optimizer from it, runs `model.evaluate` and starts over, until the process is stopped.
+`run_sidecar_evaluator` runs `tf_keras.utils.SidecarEvaluator` (for a Keras 3 model, which has
+none, the same loop of its own) over the job's checkpoint dir (STRATA_CHECKPOINT_DIR): it waits
+for a checkpoint newer than the last one it evaluated (the ``checkpoint`` state file that
+`StrataCheckpoints` keeps), restores the model and the optimizer from it, runs `model.evaluate`
+and starts over, until the process is stopped.
 The reports come from the same `StrataMetrics` callback as in training: at the end of an
 evaluation outside `fit` it reports ``eval/<name>`` at the optimizer's iteration count, which
 the restore has just set to the checkpoint's step.
@@ -27,6 +28,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from agents.runtime.checkpoints import DIR_ENV, checkpoint_dir
+from agents.runtime.flavor import KerasFlavor, keras_flavor
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -69,30 +71,63 @@ def run_sidecar_evaluator(
             "the sidecar evaluator needs a compiled model: build and compile it as for training "
             "(the optimizer restores the step, the compiled loss and metrics are reported)"
         )
-    import tf_keras as keras
-
     from agents.runtime.callbacks import strata_metrics_class
 
     last_evaluated = _last_evaluated_class()()
     callbacks = [strata_metrics_class()(sink=sink, watch_coordinator=False), last_evaluated]
-    evaluator = keras.utils.SidecarEvaluator(
-        model,
-        data,
-        checkpoint_dir=directory,
-        steps=steps,
-        max_evaluations=max_evaluations,
-        callbacks=callbacks,
-    )
+    keras3 = keras_flavor(model) is KerasFlavor.keras3
+    if keras3 and not model.optimizer.built:
+        # Keras 3 creates optimizer variables in build(); a restore needs them to exist.
+        model.optimizer.build(model.trainable_variables)
     log.info("strata: sidecar evaluator watching %s", directory)
     with _stop_on_sigterm():
         try:
-            evaluator.start()
+            if keras3:
+                _evaluate_each(model, data, steps, directory, callbacks, max_evaluations)
+            else:
+                import tf_keras as keras
+
+                keras.utils.SidecarEvaluator(
+                    model,
+                    data,
+                    checkpoint_dir=directory,
+                    steps=steps,
+                    max_evaluations=max_evaluations,
+                    callbacks=callbacks,
+                ).start()
             return
         except _Stopping:
             log.info("strata: sidecar evaluator stopping; evaluating the newest checkpoint")
         _evaluate_newest(model, data, steps, directory, callbacks, last_evaluated.step)
         log.info("strata: sidecar evaluator stopped")
         raise SystemExit(0)  # atexit handlers, the metric flush among them, run
+
+
+def _evaluate_each(
+    model: Any,
+    data: Any,
+    steps: int | None,
+    directory: str,
+    callbacks: list[Any],
+    max_evaluations: int | None,
+) -> None:
+    """SidecarEvaluator's loop for Keras 3, which has none (and whose `load_weights` reads no
+    TF checkpoint): wait for a newer checkpoint, restore the model and the optimizer (its
+    iteration count is the checkpoint's step), evaluate."""
+    import tensorflow as tf
+
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    for path in tf.train.checkpoints_iterator(directory):
+        try:
+            checkpoint.restore(path).expect_partial()
+        except (tf.errors.NotFoundError, tf.errors.DataLossError) as exc:
+            # Retention deleted it between the state file's update and this read.
+            log.info("strata: skipping %s, which is gone: %r", path, exc)
+            continue
+        model.evaluate(data, steps=steps, callbacks=callbacks, verbose=2)
+        number = path.rsplit("-", 1)[-1]
+        if max_evaluations is not None and number.isdigit() and int(number) >= max_evaluations:
+            return
 
 
 class _Stopping(BaseException):

@@ -26,3 +26,56 @@ def keras_flavor(model: Any) -> KerasFlavor:
         if module == "tf_keras" or module.startswith("tf_keras."):
             return KerasFlavor.tf_keras
     return KerasFlavor.tf_keras  # tf.keras under TF_USE_LEGACY_KERAS, or something Keras-like
+
+
+# What Keras 3 cannot do, by the strategy's class name, and why (ARCHITECTURE §4).
+_KERAS3_CANNOT = {
+    "MultiWorkerMirroredStrategy": (
+        "multi_worker_mirrored",
+        "its fit fails on values split across workers (keras-team/keras#20585)",
+    ),
+    "CollectiveAllReduceStrategy": (
+        "multi_worker_mirrored",
+        "its fit fails on values split across workers (keras-team/keras#20585)",
+    ),
+    "ParameterServerStrategy": (
+        "parameter_server",
+        "it has no parameter-server training (no ClusterCoordinator in its fit)",
+    ),
+}
+
+
+def keras3_refusal(model: Any) -> str | None:
+    """Why `model` cannot train under its strategy, or None when it can."""
+    if keras_flavor(model) is not KerasFlavor.keras3:
+        return None
+    strategy = getattr(model, "distribute_strategy", None)
+    for cls in type(strategy).__mro__:
+        found = _KERAS3_CANNOT.get(cls.__name__)
+        if found is not None:
+            name, why = found
+            return (
+                f"this model is Keras 3 (`import keras`), which cannot train under the "
+                f"{name} strategy: {why}. Use tf_keras for this strategy (`import tf_keras "
+                f"as keras`; the tf_keras package matches TensorFlow's version), or run the "
+                f"job under the mirrored strategy, where Keras 3 works"
+            )
+    return None
+
+
+def keras_guard() -> Any:
+    """A callback that stops the task for good (`agents.runtime.refusal`) as soon as `fit`
+    hands it a Keras 3 model under a strategy Keras 3 cannot train with: at once, instead of
+    a crash deep inside Keras that a restart would only repeat."""
+    import tf_keras
+
+    from agents.runtime.refusal import refuse
+
+    class KerasGuard(tf_keras.callbacks.Callback):  # type: ignore[misc]
+        def set_model(self, model: Any) -> None:
+            super().set_model(model)
+            reason = keras3_refusal(model)
+            if reason is not None:
+                refuse(reason)
+
+    return KerasGuard()

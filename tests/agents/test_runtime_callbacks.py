@@ -277,9 +277,8 @@ def test_a_logged_learning_rate_is_not_reported_twice(recorder: Recorder) -> Non
 @pytest.mark.slow  # imports TensorFlow
 def test_runtime_callbacks_when_reporting(recorder: Recorder) -> None:
     callbacks = runtime.callbacks(batch_size=64)
-    assert len(callbacks) == 1
-    assert type(callbacks[0]).__name__ == "StrataMetrics"
-    assert callbacks[0].tracker.batch_size == 64
+    assert [type(c).__name__ for c in callbacks] == ["KerasGuard", "StrataMetrics"]
+    assert callbacks[1].tracker.batch_size == 64
 
 
 @pytest.mark.slow  # imports TensorFlow

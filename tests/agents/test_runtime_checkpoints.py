@@ -239,19 +239,22 @@ def test_make_callbacks_outside_and_inside_strata(
     monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
     monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 3, "keep": 2}')
     names = [type(c).__name__ for c in make_callbacks(sink=FakeSink())]
-    assert names == ["ThrottledBackupAndRestore", "StrataMetrics", "StrataCheckpoints"]
+    assert names == ["KerasGuard", "StrataBackup", "StrataMetrics", "StrataCheckpoints"]
     # Checkpoints are kept even when no metrics go anywhere (a dir set by hand).
     callbacks = make_callbacks(sink=NullSender())
     assert [type(c).__name__ for c in callbacks] == [
-        "ThrottledBackupAndRestore",
+        "KerasGuard",
+        "StrataBackup",
         "StrataCheckpoints",
     ]
     import tf_keras as keras
 
-    assert isinstance(callbacks[0], keras.callbacks.BackupAndRestore)
-    assert callbacks[0].backup_dir == str(tmp_path / "backup")
-    assert callbacks[1].keeper.policy == CheckpointPolicy(every_epochs=3, keep=2)
-    assert callbacks[1]._supports_tf_logs
+    backup = callbacks[1]
+    backup.set_model(build_model())
+    assert isinstance(backup.inner, keras.callbacks.BackupAndRestore)  # the model's Keras
+    assert backup.inner.backup_dir == str(tmp_path / "backup")
+    assert callbacks[2].keeper.policy == CheckpointPolicy(every_epochs=3, keep=2)
+    assert callbacks[2]._supports_tf_logs
 
 
 # --- saving during fit -------------------------------------------------------------------------
