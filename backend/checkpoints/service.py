@@ -35,20 +35,36 @@ async def record_checkpoint(
     existing = await session.scalar(
         select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.path == path)
     )
+    written = datetime.fromtimestamp(saved.wall_time, UTC)
+    # JSON columns cannot hold NaN (PostgreSQL refuses it): a diverged metric is null.
+    metrics = {k: v if math.isfinite(v) else None for k, v in saved.metrics.items()}
     if existing is not None:
-        return existing
-    row = Checkpoint(
-        job_id=job.id,
-        path=path,
-        epoch=saved.epoch,
-        step=saved.step,
-        size_bytes=saved.size_bytes,
-        trigger=saved.trigger,
-        # JSON columns cannot hold NaN (PostgreSQL refuses it): a diverged metric is null.
-        metrics={k: v if math.isfinite(v) else None for k, v in saved.metrics.items()},
-        created_at=datetime.fromtimestamp(saved.wall_time, UTC),
-    )
-    session.add(row)
+        if saved.trigger != "export" or existing.created_at >= written:
+            return existing
+        # An export is written over in place (a second fit, a job run again into the same
+        # dir): the row describes the latest one.
+        existing.step, existing.epoch, existing.size_bytes = (
+            saved.step,
+            saved.epoch,
+            saved.size_bytes,
+        )
+        existing.format, existing.keras, existing.metrics = saved.format, saved.keras, metrics
+        existing.created_at, existing.deleted_at = written, None
+        row = existing
+    else:
+        row = Checkpoint(
+            job_id=job.id,
+            path=path,
+            epoch=saved.epoch,
+            step=saved.step,
+            size_bytes=saved.size_bytes,
+            trigger=saved.trigger,
+            format=saved.format,
+            keras=saved.keras,
+            metrics=metrics,
+            created_at=written,
+        )
+        session.add(row)
     deleted: list[str] = []
     if saved.deleted:
         paths = [str(directory / name) for name in saved.deleted]
@@ -57,16 +73,24 @@ async def record_checkpoint(
                 Checkpoint.job_id == job.id,
                 Checkpoint.path.in_(paths),
                 Checkpoint.deleted_at.is_(None),
+                # Retention prunes checkpoints, never an export of the trained model.
+                Checkpoint.trigger.is_distinct_from("export"),
             )
         ):
             old.deleted_at = utcnow()
             deleted.append(Path(old.path).name)
     await session.flush()
     what = f"epoch {saved.epoch}, " if saved.epoch is not None else ""
-    message = (
-        f"checkpoint {saved.name} written by {task} at step {saved.step} "
-        f"({what}{human_size(saved.size_bytes)}, {saved.trigger})"
-    )
+    if saved.trigger == "export":
+        message = (
+            f"model exported to {saved.name} ({saved.format}) by {task} at step {saved.step} "
+            f"({what}{human_size(saved.size_bytes)})"
+        )
+    else:
+        message = (
+            f"checkpoint {saved.name} written by {task} at step {saved.step} "
+            f"({what}{human_size(saved.size_bytes)}, {saved.trigger})"
+        )
     if deleted:
         message += f"; retention deleted {', '.join(sorted(deleted))}"
     await record_event(

@@ -255,7 +255,7 @@ def jobs_checkpoints(
     """List a job's checkpoints, newest first."""
     with connect(server, token) as client:
         found = client.checkpoints(job_id, include_deleted=all_)
-    table = Table("NAME", "STEP", "EPOCH", "SIZE", "TRIGGER", "WRITTEN", "PATH")
+    table = Table("NAME", "STEP", "EPOCH", "SIZE", "TRIGGER", "FORMAT", "WRITTEN", "PATH")
     for row in found:
         name = row.name + (" (deleted)" if row.deleted_at else "")
         table.add_row(
@@ -264,6 +264,7 @@ def jobs_checkpoints(
             "-" if row.epoch is None else str(row.epoch),
             human_size(row.size_bytes),
             row.trigger or "-",
+            row.format + (f" ({row.keras})" if row.keras else ""),
             _age(row.created_at),
             row.path,
         )

@@ -128,7 +128,13 @@ class Checkpoint(Base):
     epoch: Mapped[int | None] = mapped_column(Integer)
     step: Mapped[int | None] = mapped_column(BigInteger)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    trigger: Mapped[str | None] = mapped_column(String(16))  # epoch | time | command | end
+    # epoch | time | command | end | export
+    trigger: Mapped[str | None] = mapped_column(String(16))
+    # tf_checkpoint | saved_model | keras (rows from before the column: tf_checkpoint)
+    format: Mapped[str] = mapped_column(
+        String(16), default="tf_checkpoint", server_default="tf_checkpoint"
+    )
+    keras: Mapped[str | None] = mapped_column(String(16))  # tf_keras | keras3; null: unknown
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

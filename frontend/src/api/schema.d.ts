@@ -429,6 +429,11 @@ export interface components {
             keep: number;
             /** @description Also keep the best checkpoint by this metric. */
             keep_best?: components["schemas"]["KeepBest"] | null;
+            /**
+             * Warm Start From
+             * @description An absolute checkpoint path (a prefix such as /ckpts/job-3/ckpt-8, or a dir: its latest) the model's weights and optimizer start from, when the task has no backup of its own to resume from. It may come from another strategy.
+             */
+            warm_start_from?: string | null;
         };
         /** CheckpointRead */
         CheckpointRead: {
@@ -441,8 +446,15 @@ export interface components {
             deleted_at: string | null;
             /** Epoch */
             epoch: number | null;
+            /**
+             * Format
+             * @enum {string}
+             */
+            format: "tf_checkpoint" | "saved_model" | "keras";
             /** Id */
             id: number;
+            /** Keras */
+            keras: ("tf_keras" | "keras3") | null;
             /** Metrics */
             metrics: {
                 [key: string]: number | null;
@@ -542,6 +554,25 @@ export interface components {
              * @enum {string}
              */
             type: "event";
+        };
+        /**
+         * ExportOptions
+         * @description Where and how the runtime exports the trained model when `fit` ends successfully.
+         */
+        ExportOptions: {
+            /**
+             * Dir
+             * @description A name inside the job's checkpoint dir: the SavedModel's directory (a .keras file is this name with .keras added, unless it ends with it).
+             * @default export
+             */
+            dir: string;
+            /**
+             * Format
+             * @description auto: a SavedModel for a tf_keras model, a .keras file for a Keras 3 model; saved_model or keras force one.
+             * @default auto
+             * @enum {string}
+             */
+            format: "auto" | "saved_model" | "keras";
         };
         /** FieldIssueBody */
         FieldIssueBody: {
@@ -759,6 +790,8 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description Export the trained model when fit ends successfully; {} for the defaults. */
+            export?: components["schemas"]["ExportOptions"] | null;
             /**
              * Name
              * @description Short and safe: letters, digits, '.', '_' and '-'.
@@ -784,6 +817,8 @@ export interface components {
              * @enum {string}
              */
             strategy: "mirrored" | "multi_worker_mirrored" | "parameter_server";
+            /** @default {} */
+            strategy_options: components["schemas"]["StrategyOptions"];
             /**
              * Working Dir
              * @default .
@@ -886,6 +921,23 @@ export interface components {
             /** Series */
             series: components["schemas"]["Series"][];
         };
+        /**
+         * Partitioner
+         * @description ParameterServerStrategy's variable partitioner (tf MinSizePartitioner).
+         */
+        Partitioner: {
+            /**
+             * Max Shards
+             * @description At most this many shards per variable; null: one per ps.
+             */
+            max_shards?: number | null;
+            /**
+             * Min Shard Bytes
+             * @description A variable is split only into shards at least this large.
+             * @default 262144
+             */
+            min_shard_bytes: number;
+        };
         /** ReplicaSpec */
         ReplicaSpec: {
             /**
@@ -964,6 +1016,19 @@ export interface components {
             values: (number | null)[];
             /** Wall Times */
             wall_times: number[];
+        };
+        /**
+         * StrategyOptions
+         * @description Options of the job's tf.distribute strategy; each belongs to one strategy.
+         */
+        StrategyOptions: {
+            /**
+             * Communication
+             * @description multi_worker_mirrored only: the collective implementation (auto, ring, nccl).
+             */
+            communication?: ("auto" | "ring" | "nccl") | null;
+            /** @description parameter_server only: how variables are split over the ps. */
+            partitioner?: components["schemas"]["Partitioner"] | null;
         };
         /**
          * StreamEvent

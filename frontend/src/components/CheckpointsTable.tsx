@@ -29,6 +29,7 @@ export function CheckpointsTable({ rows, loading, error }: { rows: Checkpoint[];
             <th>Name</th>
             <th>Step</th>
             <th>Trigger</th>
+            <th>Format</th>
             <th>Loss</th>
             <th>Size</th>
           </tr>
@@ -41,12 +42,16 @@ export function CheckpointsTable({ rows, loading, error }: { rows: Checkpoint[];
               data-testid="checkpoint-row"
               data-name={c.name}
               data-trigger={c.trigger ?? ""}
+              data-format={c.format}
               title={`${c.path}\nepoch ${c.epoch ?? "–"} · written ${clock(c.created_at)}${c.deleted_at ? " · deleted by retention" : ""}`}
             >
               <td class="mono nowrap">{c.name}</td>
               <td class="num">{c.step ?? "–"}</td>
               <td>
                 <span class="tag">{c.trigger ?? "–"}</span>
+              </td>
+              <td class="nowrap" data-testid="checkpoint-format" title={c.keras ?? undefined}>
+                {c.format}
               </td>
               <td class="num">{metric(c.metrics.loss ?? null)}</td>
               <td class="num nowrap">{bytes(c.size_bytes)}</td>
