@@ -235,6 +235,13 @@ class CheckpointKeeper:
             # Every file from the coordinator: the ps hosts need not see the dir.
             self._options = tf.train.CheckpointOptions(experimental_io_device=_local_cpu(strategy))
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        if kind == "parameter_server":
+            # Saved eagerly, each write would trace its save graph anew (and log retracing
+            # warnings): ours and the backups' go through one traced function each instead.
+            from agents.runtime.traced_save import trace_backup_writes, trace_writes
+
+            trace_writes(self._checkpoint)
+            trace_backup_writes(model)
         self._scanned = False
         if self._chief:
             self._scan_dir()
