@@ -7,7 +7,7 @@ export const EXAMPLES: { id: string; label: string; text: string }[] = [
 # train a small classifier on scikit-learn's digits data set.
 name: digits-ps
 strategy: parameter_server
-entrypoint: [python, examples/digits.py, --epochs, "5"]
+entrypoint: [python, examples/digits.py, --epochs, "5", --steps-per-execution, "4", --validation-steps, "5", --evaluate-steps, "5"]
 working_dir: .
 env: {DIGITS_BATCH: "64"}
 replicas:
