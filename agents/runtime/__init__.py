@@ -84,7 +84,23 @@ def _build_strategy() -> Strategy:
         from agents.runtime.server import serve
 
         serve(config)
-    return build_strategy(name, config)
+    try:
+        return build_strategy(name, config)
+    except RuntimeError as exc:
+        if "at program startup" not in str(exc):
+            raise
+        # MultiWorkerMirroredStrategy configures collective ops, which TensorFlow allows
+        # only before its context is initialized: no restart can change that.
+        from agents.runtime.flavor import keras3_cannot, keras3_imported
+        from agents.runtime.refusal import refuse
+
+        if keras3_imported():
+            refuse(keras3_cannot(name))
+        refuse(
+            f"TensorFlow was used before runtime.strategy() built the {name} strategy, "
+            f"which must configure TensorFlow at program startup ({exc}): call "
+            "runtime.strategy() before building a model or running any TensorFlow op"
+        )
 
 
 def callbacks(batch_size: int | None = None) -> list[Any]:
@@ -98,9 +114,18 @@ def callbacks(batch_size: int | None = None) -> list[Any]:
     and, under parameter_server, the coordinator's health. With the job's checkpoint dir,
     `BackupAndRestore` (first: a restarted chief resumes at the epoch after its last backup)
     and `StrataCheckpoints` (checkpoints by the job's policy and on request, see
-    `agents.runtime.checkpoints`) come too. Outside Strata (no STRATA_SERVER and friends, no
+    `agents.runtime.checkpoints`) come too. A Keras 3 script under multi_worker_mirrored or
+    parameter_server, where Keras 3 cannot train, is stopped here for good with a message that
+    says so (`agents.runtime.refusal`). Outside Strata (no STRATA_SERVER and friends, no
     STRATA_CHECKPOINT_DIR) this is an empty list, so scripts can always pass it.
     """
+    from agents.runtime.flavor import keras3_script_refusal
+
+    reason = keras3_script_refusal(strategy_name())
+    if reason is not None:
+        from agents.runtime.refusal import refuse
+
+        refuse(reason)  # the task stops here, for good: no restart could make it train
     try:
         from agents.runtime.callbacks import make_callbacks
 

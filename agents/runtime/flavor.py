@@ -8,6 +8,7 @@ class comes from, without importing either package.
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
 from typing import Any
 
@@ -28,21 +29,46 @@ def keras_flavor(model: Any) -> KerasFlavor:
     return KerasFlavor.tf_keras  # tf.keras under TF_USE_LEGACY_KERAS, or something Keras-like
 
 
-# What Keras 3 cannot do, by the strategy's class name, and why (ARCHITECTURE §4).
+# What Keras 3 cannot do, by the strategy's class name: the strategy and why (ARCHITECTURE §4).
 _KERAS3_CANNOT = {
-    "MultiWorkerMirroredStrategy": (
-        "multi_worker_mirrored",
-        "its fit fails on values split across workers (keras-team/keras#20585)",
-    ),
-    "CollectiveAllReduceStrategy": (
-        "multi_worker_mirrored",
-        "its fit fails on values split across workers (keras-team/keras#20585)",
-    ),
-    "ParameterServerStrategy": (
-        "parameter_server",
-        "it has no parameter-server training (no ClusterCoordinator in its fit)",
-    ),
+    "MultiWorkerMirroredStrategy": "multi_worker_mirrored",
+    "CollectiveAllReduceStrategy": "multi_worker_mirrored",
+    "ParameterServerStrategy": "parameter_server",
 }
+_WHY = {
+    "multi_worker_mirrored": "its fit fails on values split across workers "
+    "(keras-team/keras#20585), and importing it configures TensorFlow before the strategy can",
+    "parameter_server": "it has no parameter-server training (no ClusterCoordinator in its fit)",
+}
+
+
+def keras3_cannot(strategy: str) -> str:
+    """The refusal for a Keras 3 script under `strategy` (multi_worker_mirrored or
+    parameter_server): what is wrong and what to do instead."""
+    return (
+        f"this script uses Keras 3 (`import keras`), which cannot train under the {strategy} "
+        f"strategy: {_WHY.get(strategy, 'it is not supported there')}. Use tf_keras for this "
+        f"strategy (`import tf_keras as keras`; the tf_keras package matches TensorFlow's "
+        f"version), or run the job under the mirrored strategy, where Keras 3 works"
+    )
+
+
+def keras3_imported() -> bool:
+    """Whether this process has imported Keras 3 (tf.keras under Strata is tf_keras, which
+    never imports the `keras` package)."""
+    module = sys.modules.get("keras")
+    return str(getattr(module, "__version__", "")).startswith("3.")
+
+
+def keras3_script_refusal(strategy: str) -> str | None:
+    """Why this script cannot train under `strategy`, judged when it asks for the Keras
+    callbacks (before `fit` starts): under multi_worker_mirrored and parameter_server a script
+    that imported Keras 3 is taken for a Keras 3 script (a tf_keras script never imports it).
+    Under parameter_server Keras 3's fit fails on its input before any callback sees the
+    model, so `KerasGuard` would come too late there."""
+    if strategy in _WHY and keras3_imported():
+        return keras3_cannot(strategy)
+    return None
 
 
 def keras3_refusal(model: Any) -> str | None:
@@ -51,15 +77,9 @@ def keras3_refusal(model: Any) -> str | None:
         return None
     strategy = getattr(model, "distribute_strategy", None)
     for cls in type(strategy).__mro__:
-        found = _KERAS3_CANNOT.get(cls.__name__)
-        if found is not None:
-            name, why = found
-            return (
-                f"this model is Keras 3 (`import keras`), which cannot train under the "
-                f"{name} strategy: {why}. Use tf_keras for this strategy (`import tf_keras "
-                f"as keras`; the tf_keras package matches TensorFlow's version), or run the "
-                f"job under the mirrored strategy, where Keras 3 works"
-            )
+        name = _KERAS3_CANNOT.get(cls.__name__)
+        if name is not None:
+            return keras3_cannot(name)
     return None
 
 

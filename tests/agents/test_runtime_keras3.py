@@ -17,7 +17,12 @@ import pytest
 
 from agents.runtime.callbacks import make_callbacks
 from agents.runtime.evaluator import run_sidecar_evaluator
-from agents.runtime.flavor import KerasFlavor, keras3_refusal, keras_flavor
+from agents.runtime.flavor import (
+    KerasFlavor,
+    keras3_refusal,
+    keras3_script_refusal,
+    keras_flavor,
+)
 from agents.runtime.refusal import EXIT_REFUSED
 from tests.agents.test_runtime_checkpoints import (
     BATCH,
@@ -85,6 +90,15 @@ def test_keras3_is_refused_only_where_it_cannot_train() -> None:
     assert ps is not None and "parameter_server" in ps and "import tf_keras as keras" in ps
     assert keras3_refusal(build_model()) is None  # the default strategy: fine
     assert keras3_refusal(build_tf_keras_model()) is None
+
+
+def test_a_script_that_imported_keras3_is_refused_before_fit_where_it_cannot_train() -> None:
+    import keras  # noqa: F401  (this process has Keras 3 loaded, as a Keras 3 script would)
+
+    for strategy in ("parameter_server", "multi_worker_mirrored"):
+        reason = keras3_script_refusal(strategy)
+        assert reason is not None and strategy in reason and "tf_keras" in reason
+    assert keras3_script_refusal("mirrored") is None
 
 
 def test_keras3_trains_with_the_callbacks_and_resumes_from_its_backup(
