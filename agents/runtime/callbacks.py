@@ -517,8 +517,8 @@ def strata_metrics_class() -> type:
 
 
 def make_callbacks(batch_size: int | None = None, *, sink: MetricSink | None = None) -> list[Any]:
-    """What `runtime.callbacks()` returns: [KerasGuard, StrataBackup, StrataMetrics,
-    StrataCheckpoints].
+    """What `runtime.callbacks()` returns: [KerasGuard, StrataWarmStart, StrataBackup,
+    StrataMetrics, StrataCheckpoints, StrataExport].
 
     KerasGuard (under Strata) stops the task for good when the model is Keras 3 and the
     strategy one Keras 3 cannot train with (`agents.runtime.flavor`). StrataMetrics when
@@ -526,22 +526,34 @@ def make_callbacks(batch_size: int | None = None, *, sink: MetricSink | None = N
     has a checkpoint dir (STRATA_CHECKPOINT_DIR; see `agents.runtime.checkpoints`). Outside
     Strata that is []. BackupAndRestore comes first: its on_train_begin restores the weights,
     the optimizer (its step) and the epoch counter before any other callback looks at them.
+    StrataWarmStart and StrataExport only when the spec asks for them
+    (checkpoint.warm_start_from, export).
     """
     from agents.runtime.checkpoints import checkpoint_callbacks
+    from agents.runtime.export import export_callback
     from agents.runtime.flavor import keras_guard
     from agents.runtime.sender import get_sender
+    from agents.runtime.warm_start import warm_start_callback
 
     target = sink if sink is not None else get_sender()
     checkpoints = checkpoint_callbacks(target)
     callbacks: list[Any] = []
     if target.enabled or checkpoints is not None:
         callbacks.append(keras_guard())
+    # Before the backup: a task that has one resumes from it instead (agents.runtime.warm_start).
+    warm = warm_start_callback()
+    if warm is not None:
+        callbacks.append(warm)
     if checkpoints is not None:
         callbacks.append(checkpoints[0])
     if target.enabled:
         callbacks.append(strata_metrics_class()(batch_size, sink=sink))
     if checkpoints is not None:
         callbacks.append(checkpoints[1])
+    # Last: the final checkpoint is written before the export (agents.runtime.export).
+    export = export_callback(target)
+    if export is not None:
+        callbacks.append(export)
     return callbacks
 
 

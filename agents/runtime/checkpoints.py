@@ -421,6 +421,7 @@ class CheckpointKeeper:
             command_id=command_id,
             metrics=record.metrics,
             deleted=deleted,
+            keras=keras_flavor(self._model).value,
         )
 
     def _read_step(self, prefix: str) -> int:
