@@ -12,7 +12,9 @@ file prefix as a string tensor argument: the save graph is traced once, and trac
 when what the checkpoint holds changes (a count of its trackable objects, checked before each
 write, so that optimizer slots created later are not left out) or the I/O device does. Inside
 a function TensorFlow builds the save ops directly, with no nested function. The values are read
-when the function runs, so every write saves the current variables.
+when the function runs, so every write saves the current variables. Of the write options it
+keeps the I/O device and runs the write callbacks (what a CheckpointManager needs); neither
+the runtime nor tf_keras's backups use the others (async, sharding, skipping slots).
 
 `trace_writes(checkpoint)` makes a checkpoint's own writes go through a `TracedWrite`: what a
 `tf.train.CheckpointManager` saves (tf_keras's `BackupAndRestore`) then traces once too.
