@@ -42,6 +42,12 @@ def steps_of(cluster: Cluster, job_id: int, task: str, name: str) -> list[int]:
     return [int(step) for step in found["steps"]] if found is not None else []
 
 
+def saved_checkpoints(cluster: Cluster, job_id: int) -> list[dict[str, Any]]:
+    """Every checkpoint the job wrote, retention's deleted ones too; not the export."""
+    listed = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
+    return [c for c in listed.json() if c["trigger"] != "export"]
+
+
 @pytest.mark.parametrize("strategy", list(SPECS))
 def test_steps_per_execution_validation_and_evaluate(cluster: Cluster, strategy: str) -> None:
     """Chunks of 4 steps: the loss is streamed at each epoch's last step, batch points at chunk
@@ -72,10 +78,7 @@ def test_steps_per_execution_validation_and_evaluate(cluster: Cluster, strategy:
     evaluated = steps_of(cluster, job_id, reporter, "eval/loss")
     assert evaluated == [*ends, ends[-1]], evaluated
     assert any("strata-example: evaluated loss=" in line for line in cluster.logs(job_id, reporter))
-    checkpoints = cluster.http.get(
-        f"/jobs/{job_id}/checkpoints", params={"include_deleted": True}
-    ).json()
-    assert sorted(c["step"] for c in checkpoints) == ends, checkpoints
+    assert sorted(c["step"] for c in saved_checkpoints(cluster, job_id)) == ends
 
 
 def test_parameter_server_chief_saves_twenty_checkpoints_without_retracing(
@@ -95,7 +98,7 @@ def test_parameter_server_chief_saves_twenty_checkpoints_without_retracing(
     job_id = job["id"]
     cluster.wait_status(job_id, "succeeded", timeout=300)
     wait_no_processes(job_id)
-    saved = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True}).json()
+    saved = saved_checkpoints(cluster, job_id)
     assert len(saved) >= epochs, [c["name"] for c in saved]
     chief = cluster.logs(job_id, "chief:0")
     assert any(line.startswith(f"epoch={epochs} ") for line in chief), chief[-20:]
