@@ -102,8 +102,11 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-def write_model(model: Any, path: str, fmt: Format, flavor: KerasFlavor, kind: str) -> None:
-    """Writes `model` to `path` in `fmt` (no rename, no report)."""
+def write_model(
+    model: Any, path: str, fmt: Format, flavor: KerasFlavor, kind: str, strategy: Any = None
+) -> None:
+    """Writes `model` to `path` in `fmt` (no rename, no report); `strategy` is the model's,
+    under parameter_server."""
     import tensorflow as tf
 
     if fmt == "keras":
@@ -115,9 +118,7 @@ def write_model(model: Any, path: str, fmt: Format, flavor: KerasFlavor, kind: s
     options = None
     if kind == "parameter_server":
         # Every file from the coordinator: the ps hosts need not see the dir.
-        options = tf.saved_model.SaveOptions(
-            experimental_io_device=_local_cpu(model.distribute_strategy)
-        )
+        options = tf.saved_model.SaveOptions(experimental_io_device=_local_cpu(strategy))
     model.save(path, save_format="tf", include_optimizer=False, options=options)
 
 
@@ -152,7 +153,7 @@ class Exporter:
 
         from agents.protocol import CheckpointSaved
 
-        strategy = model.distribute_strategy
+        strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
         kind, chief = "single", True
         if isinstance(strategy, tf.distribute.ParameterServerStrategy):
             kind = "parameter_server"
@@ -169,7 +170,7 @@ class Exporter:
             label = f"{task.role}_{task.index}" if task is not None else str(os.getpid())
             temp_dir = os.path.join(self.directory, f"workertemp_{label}_export")
             try:
-                write_model(model, os.path.join(temp_dir, name), fmt, flavor, kind)
+                write_model(model, os.path.join(temp_dir, name), fmt, flavor, kind, strategy)
             finally:
                 shutil.rmtree(temp_dir, ignore_errors=True)
             return None
@@ -180,7 +181,7 @@ class Exporter:
             temp += KERAS_SUFFIX  # Keras picks the format by the suffix
         _remove(temp)
         try:
-            write_model(model, temp, fmt, flavor, kind)
+            write_model(model, temp, fmt, flavor, kind, strategy)
             _remove(final)
             os.replace(temp, final)
         finally:

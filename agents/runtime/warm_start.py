@@ -67,7 +67,7 @@ def restore(model: Any, path: str) -> str:
     import tensorflow as tf
 
     prefix = resolve_checkpoint(path)
-    strategy = model.distribute_strategy
+    strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
     options = None
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
         # The coordinator reads the files: the ps hosts need not see them.

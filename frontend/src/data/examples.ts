@@ -17,6 +17,9 @@ replicas:
   evaluator: {count: 0}
 checkpoint: {dir: null, every_epochs: 1}
 restart: {policy: on_failure, max_restarts: 3, backoff_seconds: 2}
+# When training ends, the coordinator exports the model as a SavedModel to
+# <checkpoint dir>/export (format auto: SavedModel for tf_keras, .keras for Keras 3).
+export: {dir: export, format: auto}
 `,
   },
   {
