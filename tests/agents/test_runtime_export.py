@@ -192,3 +192,58 @@ def test_a_warm_start_that_cannot_be_done_stops_the_task_for_good(
     reason = refusal(tmp_path)
     assert reason.startswith(f"cannot warm-start from checkpoint.warm_start_from={path}: ")
     assert words in reason, reason
+
+
+# --- Keras 3 -------------------------------------------------------------------------------
+
+
+def build_keras3_model() -> Any:
+    from tests.agents.test_runtime_keras3 import build_model as build_keras3
+
+    return build_keras3()
+
+
+def fit_keras3(model: Any, callbacks: list[Any], epochs: int) -> None:
+    from tests.agents.test_runtime_keras3 import fit as fit_keras3_model
+
+    fit_keras3_model(model, callbacks, epochs)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "written"),
+    [("auto", "export.keras", "keras"), ("saved_model", "export", "saved_model")],
+)
+def test_a_keras3_model_is_exported_in_its_own_format(
+    job_dir: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, name: str, written: str
+) -> None:
+    import keras
+    import tensorflow as tf
+
+    monkeypatch.setenv("STRATA_EXPORT", json.dumps({"format": fmt}))
+    sink = FakeSink()
+    model = build_keras3_model()
+    fit_keras3(model, make_callbacks(sink=sink), epochs=1)
+    report = sink.saved[-1]
+    assert (report.name, report.format, report.keras) == (name, written, "keras3")
+    features, _ = data(4)
+    expected = np.asarray(model.predict(features, verbose=0))
+    path = str(job_dir / name)
+    if written == "keras":
+        got = keras.models.load_model(path).predict(features, verbose=0)
+    else:
+        loaded = tf.saved_model.load(path)  # held: its variables live as long as it does
+        got = loaded.serve(tf.constant(features)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_keras3_model_warm_starts_from_a_keras3_checkpoint(
+    job_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "job-0"
+    trained = build_keras3_model()
+    fit_keras3(trained, [saver(source, FakeSink())], epochs=2)
+    monkeypatch.setenv("STRATA_WARM_START_FROM", str(source))
+    model = build_keras3_model()
+    assert warming.warm_start(model) == str(source / "ckpt-2")
+    for got, want in zip(kernels(model), kernels(trained), strict=True):
+        np.testing.assert_array_equal(got, want)
