@@ -77,6 +77,8 @@ def test_a_keras3_mirrored_job_streams_checkpoints_and_resumes_after_a_kill(
     assert loss is not None and loss["steps"][-1] == 10 * 20  # 20 steps an epoch
     checkpoints = cluster.http.get(f"/jobs/{job['id']}/checkpoints").json()
     assert checkpoints and checkpoints[0]["step"] == 200, checkpoints
+    # Each says what it is: a TF checkpoint written by Keras 3.
+    assert {(c["format"], c["keras"]) for c in checkpoints} == {("tf_checkpoint", "keras3")}
 
     cluster.wait_for(
         job["id"],
