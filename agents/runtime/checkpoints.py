@@ -66,10 +66,9 @@ from agents.runtime.checkpoint_policy import (
     checkpoints_to_keep,
     parse_policy,
 )
-from agents.runtime.cluster import task_environment
+from agents.runtime.cluster import local_cpu, task_environment
 from agents.runtime.flavor import KerasFlavor, keras_flavor
 from agents.runtime.values import sanitize_name
-from agents.vocabulary import Role
 
 if TYPE_CHECKING:
     from agents.protocol import CheckpointSaved, Command
@@ -233,7 +232,7 @@ class CheckpointKeeper:
         self._options = None
         if kind == "parameter_server":
             # Every file from the coordinator: the ps hosts need not see the dir.
-            self._options = tf.train.CheckpointOptions(experimental_io_device=_local_cpu(strategy))
+            self._options = tf.train.CheckpointOptions(experimental_io_device=local_cpu(strategy))
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
         if kind == "parameter_server":
             # Saved eagerly, each write would trace its save graph anew (and log retracing
@@ -527,14 +526,6 @@ def _update_state(directory: str, latest: str, kept: Sequence[str]) -> None:
         tf.compat.v1.train.update_checkpoint_state(directory, latest, list(kept))
         return
     update(directory, latest, list(kept), save_relative_paths=True)
-
-
-def _local_cpu(strategy: Any) -> str:
-    """This task's CPU as a device name (the coordinator's, under parameter_server)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None) or Role.chief
-    task_id = getattr(resolver, "task_id", None) or 0
-    return f"/job:{task_type}/replica:0/task:{task_id}/device:CPU:0"
 
 
 def _task_label() -> str:

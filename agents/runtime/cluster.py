@@ -121,3 +121,12 @@ def strategy_name(env: Mapping[str, str] | None = None) -> Strategy:
     if config.training_tasks > 1:
         return Strategy.multi_worker_mirrored
     return Strategy.mirrored
+
+
+def local_cpu(strategy: object) -> str:
+    """This task's CPU as a TF device name: where a checkpoint or export under
+    parameter_server does its I/O (the coordinator's CPU, so that no ps needs the dir)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_type = getattr(resolver, "task_type", None) or Role.chief
+    task_id = getattr(resolver, "task_id", None) or 0
+    return f"/job:{task_type}/replica:0/task:{task_id}/device:CPU:0"

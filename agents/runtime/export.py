@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents.options import KERAS_SUFFIX, ExportOptions
 from agents.runtime import values as tfvalues
-from agents.runtime.cluster import task_environment
+from agents.runtime.cluster import local_cpu, task_environment
 from agents.runtime.flavor import KerasFlavor, keras_flavor
 from agents.runtime.values import sanitize_name
-from agents.vocabulary import Role
 
 if TYPE_CHECKING:
     from agents.protocol import CheckpointSaved
@@ -79,13 +78,6 @@ def export_name(options: ExportOptions, fmt: Format) -> str:
     return options.dir
 
 
-def _local_cpu(strategy: Any) -> str:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None) or Role.chief
-    task_id = getattr(resolver, "task_id", None) or 0
-    return f"/job:{task_type}/replica:0/task:{task_id}/device:CPU:0"
-
-
 def _size(path: str) -> int:
     if os.path.isfile(path):
         return os.path.getsize(path)
@@ -118,7 +110,7 @@ def write_model(
     options = None
     if kind == "parameter_server":
         # Every file from the coordinator: the ps hosts need not see the dir.
-        options = tf.saved_model.SaveOptions(experimental_io_device=_local_cpu(strategy))
+        options = tf.saved_model.SaveOptions(experimental_io_device=local_cpu(strategy))
     model.save(path, save_format="tf", include_optimizer=False, options=options)
 
 

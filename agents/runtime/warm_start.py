@@ -21,12 +21,10 @@ import os
 import threading
 from typing import Any
 
-from agents.runtime.cluster import task_environment
-from agents.vocabulary import Role
+from agents.runtime.checkpoints import BACKUP_SUBDIR
+from agents.runtime.cluster import local_cpu, task_environment
 
 log = logging.getLogger("strata.runtime")
-
-BACKUP_SUBDIR = "backup"  # as agents.runtime.checkpoints: BackupAndRestore's dir
 
 _done = threading.Event()  # this process warm-started (or resumed) once already
 
@@ -53,13 +51,6 @@ def resolve_checkpoint(path: str) -> str:
     return path
 
 
-def _local_cpu(strategy: Any) -> str:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    task_type = getattr(resolver, "task_type", None) or Role.chief
-    task_id = getattr(resolver, "task_id", None) or 0
-    return f"/job:{task_type}/replica:0/task:{task_id}/device:CPU:0"
-
-
 def restore(model: Any, path: str) -> str:
     """Reads the model's weights and the optimizer's state from `path`; the prefix read.
 
@@ -71,7 +62,7 @@ def restore(model: Any, path: str) -> str:
     options = None
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
         # The coordinator reads the files: the ps hosts need not see them.
-        options = tf.train.CheckpointOptions(experimental_io_device=_local_cpu(strategy))
+        options = tf.train.CheckpointOptions(experimental_io_device=local_cpu(strategy))
     with strategy.scope():
         # Every variable the model has must be in the checkpoint (a checkpoint of another
         # model must not half-load); then the optimizer's state where it fits.
