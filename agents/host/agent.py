@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from agents.host.channel import Channel
+from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
 from agents.host.supervisor import Supervisor
 from agents.protocol import Device, Heartbeat, Hello
@@ -54,8 +55,13 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.devices: list[Device] = discover(config.gpus)
+        self.containments = Containments.probe(namespace_for(config.name, config.server_url))
         self.supervisor = Supervisor(
-            config.workspace, config.server_url, self._send, ca_file=config.ca_file
+            config.workspace,
+            config.server_url,
+            self._send,
+            ca_file=config.ca_file,
+            containments=self.containments,
         )
         self.channel = Channel(
             config.server_url,
@@ -97,12 +103,16 @@ class Agent:
             *self.config.port_range,
             self.config.workspace,
         )
+        log.info("tasks are contained by %s", self.containments.kind)
+        for ended in await self.containments.end_leftovers():
+            log.warning("ended what was left of %s, which this agent no longer runs", ended)
         channel = asyncio.create_task(self.channel.run_forever())
         done, _ = await asyncio.wait(
             [channel, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
         )
         log.info("agent %s stopping its tasks", self.config.name)
         await self.supervisor.stop_all(self.config.stop_grace_seconds)
+        self.containments.close()
         self.supervisor.flush_logs()
         await asyncio.sleep(0.2)  # let the writer send the last exits while it can
         channel.cancel()

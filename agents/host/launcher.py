@@ -1,4 +1,4 @@
-"""Starting one task attempt as a process group, capturing its output, and stopping it."""
+"""Starting one task attempt in its containment, capturing its output, and stopping it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 from collections import deque
@@ -15,10 +17,20 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from agents.environment import TaskEnvironment, TaskEnvironmentError
+from agents.host.containment import (
+    MARKER_ENV,
+    Containment,
+    ProcessTreeContainment,
+    attempt_name,
+)
 from agents.host.lines import LineSplitter
 from agents.protocol import StartTask, TaskExit, TaskKey
 
+log = logging.getLogger(__name__)
+
 TAIL_LINES = 30
+DRAIN_SECONDS = 2.0  # output still in the pipes once the attempt's processes are gone
+END_SECONDS = 10.0  # killing everything left of an attempt, before the agent gives up
 PR_SET_PDEATHSIG = 1
 PYTHON_NAMES = frozenset({"python", "python3"})
 MAX_TERMINATION_BYTES = 8192
@@ -83,6 +95,11 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def marker_for(key: TaskKey) -> str:
+    """The containment marker of an attempt started without a probed host (tests)."""
+    return f"unmanaged-{os.getpid()}/{attempt_name(key)}"
+
+
 def _new_termination_file() -> Path:
     """An empty file only this agent's user can write, for the task to explain a refusal."""
     handle, name = tempfile.mkstemp(prefix="strata-termination-", suffix=".json")
@@ -90,55 +107,96 @@ def _new_termination_file() -> Path:
     return Path(name)
 
 
-class TaskProcess:
-    """One running attempt. Output lines go to ``on_lines``; ``wait`` returns how it ended."""
+class _Protocol(asyncio.SubprocessProtocol):
+    """Output as it comes, and the main process's exit as soon as it is reaped: asyncio's own
+    ``Process.wait`` also waits for the pipes, which a descendant can hold open for ever."""
 
-    def __init__(self, key: TaskKey, on_lines: Callable[[TaskKey, list[str]], None]) -> None:
+    def __init__(self, on_data: Callable[[int, bytes], None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._on_data = on_data
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: dict[int, asyncio.Future[None]] = {
+            1: loop.create_future(),
+            2: loop.create_future(),
+        }
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self._on_data(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd in self.closed and not self.closed[fd].done():
+            self.closed[fd].set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+class TaskProcess:
+    """One running attempt. Output lines go to ``on_lines``; ``wait`` returns how it ended.
+
+    The attempt's processes live in a ``Containment``: its exit is its main process's exit,
+    after which whatever it left behind is killed, its output drained for a bounded time, and
+    the agent makes sure that nothing of it is left."""
+
+    def __init__(
+        self,
+        key: TaskKey,
+        on_lines: Callable[[TaskKey, list[str]], None],
+        containment: Containment | None = None,
+    ) -> None:
         self.key = key
         self._on_lines = on_lines
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self._process: asyncio.subprocess.Process | None = None
-        self._pumps: list[asyncio.Task[None]] = []
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._protocol: _Protocol | None = None
+        self._splitters = {1: LineSplitter(), 2: LineSplitter()}
         self._termination_file: Path | None = None
+        self.containment = containment or ProcessTreeContainment(marker_for(key))
         self.stop_requested = False
+        self.left_behind: set[int] = set()  # pids that outlived every kill (should stay empty)
 
     @property
     def pid(self) -> int:
-        assert self._process is not None
-        return self._process.pid
+        assert self._transport is not None
+        return self._transport.get_pid()
 
     async def spawn(
         self, command: StartTask, workspace: Path, server_url: str, ca_file: str | None = None
     ) -> None:
         cwd = resolve_working_dir(workspace, command.working_dir)
         env = task_env(os.environ, command.env, server_url, ca_file)
+        env[MARKER_ENV] = self.containment.marker
         self._termination_file = _new_termination_file()
         env[TaskEnvironment.variable("termination_file")] = str(self._termination_file)
+        containment = self.containment
+
+        def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+            containment.preexec()
+            _die_with_parent()
+
+        loop = asyncio.get_running_loop()
         try:
-            self._process = await asyncio.create_subprocess_exec(
+            self._transport, self._protocol = await loop.subprocess_exec(
+                lambda: _Protocol(self._on_data),
                 *resolve_argv(command.argv),
                 cwd=cwd,
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,  # its own process group: stop reaches every child
-                preexec_fn=_die_with_parent,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group and session
+                preexec_fn=preexec,
             )
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:
             self._termination_file.unlink(missing_ok=True)
-            raise LaunchError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from exc
-        assert self._process.stdout is not None and self._process.stderr is not None
-        self._pumps = [
-            asyncio.create_task(self._pump(self._process.stdout)),
-            asyncio.create_task(self._pump(self._process.stderr)),
-        ]
+            await self.containment.end(within=1)
+            reason = exc.strerror if isinstance(exc, OSError) else None
+            raise LaunchError(f"cannot run {command.argv[0]!r}: {reason or exc}") from exc
+        self.containment.attach(self._transport.get_pid())
 
-    async def _pump(self, stream: asyncio.StreamReader) -> None:
-        splitter = LineSplitter()
-        while chunk := await stream.read(65536):
-            self._emit(splitter.feed(chunk))
-        self._emit(splitter.close())
+    def _on_data(self, fd: int, data: bytes) -> None:
+        self._emit(self._splitters[fd].feed(data))
 
     def _emit(self, lines: list[str]) -> None:
         if lines:
@@ -146,13 +204,28 @@ class TaskProcess:
             self._on_lines(self.key, lines)
 
     async def wait(self) -> TaskExit:
-        assert self._process is not None
-        code = await self._process.wait()
-        self._signal_group(signal.SIGKILL)  # whatever it left behind goes with it
+        assert self._transport is not None and self._protocol is not None
+        await self._protocol.exited
+        code = self._transport.get_returncode()
+        assert code is not None
+        self.containment.main_exited()
+        # The main process is the attempt: what it left behind goes with it, and the pipes
+        # they held close with them. Output already written is still read.
+        self.left_behind = await self.containment.end(within=END_SECONDS)
+        if self.left_behind:
+            log.error(
+                "%s of job %s: processes %s outlived every kill",
+                self.key.task,
+                self.key.job_id,
+                sorted(self.left_behind),
+            )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._pumps), timeout=5)
-        for pump in self._pumps:
-            pump.cancel()
+            await asyncio.wait_for(
+                asyncio.gather(*self._protocol.closed.values()), timeout=DRAIN_SECONDS
+            )
+        self._transport.close()
+        for splitter in self._splitters.values():
+            self._emit(splitter.close())
         died_of = -code if code < 0 else None
         return TaskExit(
             key=self.key,
@@ -182,17 +255,15 @@ class TaskProcess:
         return str(reason)[:4096] if reason else None
 
     async def stop(self, grace: float) -> None:
-        """SIGTERM to the group, then SIGKILL once the grace period is over."""
-        if self._process is None or self._process.returncode is not None:
+        """SIGTERM to every process of the attempt, then SIGKILL to all of them once the grace
+        period is over (``wait`` then makes sure that none is left)."""
+        if self._protocol is None or self._protocol.exited.done():
             return
         self.stop_requested = True
-        self._signal_group(signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGTERM)
+        self.containment.signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self._process.wait()), timeout=grace)
+            await asyncio.wait_for(asyncio.shield(self._protocol.exited), timeout=grace)
         except TimeoutError:
-            self._signal_group(signal.SIGKILL)
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        if self._process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, sig)
+            self.containment.kill()

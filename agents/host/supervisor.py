@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.host.containment import Containments
 from agents.host.launcher import LaunchError, TaskProcess
 from agents.protocol import (
     MAX_LOG_BATCH,
@@ -83,8 +84,11 @@ class Supervisor:
         server_url: str,
         send: Callable[[AgentMessage], bool],
         ca_file: str | None = None,
+        containments: Containments | None = None,
     ) -> None:
         self.workspace = workspace
+        # None: each attempt is its process tree, session and marker (no cgroups, no probe)
+        self.containments = containments
         self.server_url = server_url
         self.ca_file = ca_file
         self._send = send
@@ -100,8 +104,14 @@ class Supervisor:
         key = command.key
         if key in self._tasks or key in self.finished:
             return  # a resent start: this attempt already runs, or already ran
-        process = TaskProcess(key, self._collect_lines)
         self._logs[key] = LogBuffer()
+        try:
+            containment = self.containments.create(key) if self.containments else None
+        except OSError as exc:
+            log.warning("cannot contain %s of job %s: %s", key.task, key.job_id, exc)
+            self._finish(TaskExit(key=key, exit_code=None, error=f"cannot contain the task: {exc}"))
+            return
+        process = TaskProcess(key, self._collect_lines, containment)
         try:
             await process.spawn(command, self.workspace, self.server_url, ca_file=self.ca_file)
         except LaunchError as exc:

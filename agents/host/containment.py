@@ -1,0 +1,453 @@
+"""Containment of a task attempt: every process it starts, wherever it moves, ends with it.
+
+A process can leave its process group and session (``setsid``, a double fork), so signalling
+the group does not reach everything a task started. Where the host lets the agent make cgroups
+(root, or a delegated subtree), each attempt gets a cgroup that its processes join before they
+exec and cannot leave: cgroup v2's ``cgroup.kill`` ends them all at once, or, on a host with
+only cgroup v1, the freezer stops them from forking while they are killed. Where there are no
+usable cgroups, the agent becomes a child subreaper, so that orphans come back to it, and finds
+an attempt's processes by the marker in their environment, their session and their parentage.
+
+``probe`` looks at the host once; its factory makes one ``Containment`` per attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import hashlib
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.protocol import TaskKey
+
+log = logging.getLogger(__name__)
+
+MARKER_ENV = "STRATA_CONTAINMENT"  # "<namespace>/<attempt>": which agent's attempt a process is
+PR_SET_CHILD_SUBREAPER = 36
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+KILL_POLL_SECONDS = 0.02
+
+
+def namespace_for(name: str, server_url: str) -> str:
+    """This agent's own part of the host: its name and its server (two agents of one name on
+    one host and one server are refused by the server)."""
+    digest = hashlib.sha256(server_url.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:64]}-{digest}"
+
+
+def attempt_name(key: TaskKey) -> str:
+    return f"job{key.job_id}-{key.task.replace(':', '-')}-a{key.attempt}"
+
+
+@dataclass(frozen=True)
+class Usage:
+    cpu_seconds: float | None = None
+    memory_bytes: int | None = None  # now
+    memory_peak_bytes: int | None = None
+
+
+class Containment:
+    """The processes of one attempt. The launcher calls ``preexec`` in the child before exec,
+    ``attach`` with the main pid after spawning, and ``end`` once the attempt is over."""
+
+    kind = "none"
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker  # MARKER_ENV's value for this attempt
+        self.main_pid: int | None = None
+        self.main_alive = False
+
+    def preexec(self) -> None:  # pragma: no cover - runs in the child between fork and exec
+        """Join the attempt's group (in the child, so that nothing it forks is born outside)."""
+
+    def attach(self, pid: int) -> None:
+        self.main_pid = pid
+        self.main_alive = True
+
+    def main_exited(self) -> None:
+        """Its pid may now be reused: from here on it says nothing about the attempt."""
+        self.main_alive = False
+
+    def procs(self) -> set[int]:
+        """Live (not zombie) processes of the attempt."""
+        raise NotImplementedError
+
+    def signal(self, sig: int) -> None:
+        """Send every process of the attempt a signal (SIGTERM, to ask them to stop)."""
+        for pid in self.procs():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL everything in the attempt, once."""
+        self.signal(signal.SIGKILL)
+
+    async def end(self, within: float = 10.0) -> set[int]:
+        """Kill until nothing of the attempt is left; the pids still alive after ``within``
+        seconds (none when it ended). Then the attempt's traces on the host are removed."""
+        deadline = time.monotonic() + within
+        while True:
+            self.kill()
+            await asyncio.sleep(KILL_POLL_SECONDS)
+            self.reap()
+            left = self.procs()
+            if not left or time.monotonic() > deadline:
+                break
+        if not left:
+            self.remove()
+        return left
+
+    def reap(self) -> None:
+        """Collect what became the agent's zombies (only the subreaper has any)."""
+
+    def remove(self) -> None:
+        """Remove the attempt's cgroups once it is empty."""
+
+    def usage(self) -> Usage:
+        return Usage()
+
+
+# --- no cgroups: the process tree, the session and the marker --------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, session id) of a process, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[3])
+
+
+def _environ_has(pid: int, entry: bytes) -> bool:
+    try:
+        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+class ProcessTreeContainment(Containment):
+    """No cgroups: an attempt is what carries its marker, shares the main process's session,
+    or descends from it. A process that leaves the session and clears its environment escapes
+    this; with the agent as subreaper it still comes back to the agent as an orphan, and is
+    reaped once dead."""
+
+    kind = "subreaper"
+
+    def __init__(self, marker: str, subreaper: bool = False) -> None:
+        super().__init__(marker)
+        self.subreaper = subreaper
+        self._seen: set[int] = set()  # every pid found in the attempt, for reaping
+
+    def procs(self) -> set[int]:
+        entry = f"{MARKER_ENV}={self.marker}".encode()
+        me = os.getpid()
+        stats = {pid: stat for pid in _all_pids() if (stat := _stat(pid)) is not None}
+        found = set()
+        for pid, (state, _parent, session) in stats.items():
+            if pid == me or state in ("Z", "X"):
+                continue
+            if (self.main_pid is not None and session == self.main_pid) or _environ_has(pid, entry):
+                found.add(pid)
+        if found or self.main_alive:  # descendants that left the session and the marker
+            children: dict[int, list[int]] = {}
+            for pid, (_state, parent, _session) in stats.items():
+                children.setdefault(parent, []).append(pid)
+            stack = [*found, *([self.main_pid] if self.main_alive and self.main_pid else [])]
+            while stack:
+                for child in children.get(stack.pop(), []):
+                    if child not in found and stats[child][0] not in ("Z", "X"):
+                        found.add(child)
+                        stack.append(child)
+        found.discard(me)
+        self._seen |= found
+        return found
+
+    def kill(self) -> None:
+        # Stop first so that none of them forks between the scan and the kill.
+        pids = self.procs()
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
+    def reap(self) -> None:
+        if not self.subreaper:
+            return
+        me = os.getpid()
+        for pid in list(self._seen):
+            if pid == self.main_pid:
+                continue  # asyncio's child watcher reaps the main process
+            stat = _stat(pid)
+            if stat is None:
+                self._seen.discard(pid)
+            elif stat[1] == me and stat[0] == "Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                self._seen.discard(pid)
+
+
+def become_subreaper() -> bool:
+    """Make orphans of this process's descendants its children rather than init's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+
+
+# --- cgroups ----------------------------------------------------------------------------------
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _read_pids(directory: Path) -> set[int]:
+    """Processes in a cgroup and in the cgroups under it (a task could make some, as root)."""
+    found: set[int] = set()
+    for current, _dirs, _files in os.walk(directory):
+        with contextlib.suppress(OSError):
+            found.update(int(line) for line in (Path(current) / "cgroup.procs").read_text().split())
+    return found
+
+
+def _remove_tree(directory: Path) -> None:
+    for current, _dirs, _files in os.walk(directory, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(current)
+
+
+class CgroupContainment(Containment):
+    """One cgroup per attempt in each hierarchy used: ``killer`` (v2 with cgroup.kill, or the
+    v1 freezer) holds and ends the processes; ``memory`` (v2 or v1) gives limits and figures."""
+
+    def __init__(
+        self, marker: str, killer: Path, v2: bool, joined: list[Path], memory: Path | None = None
+    ) -> None:
+        super().__init__(marker)
+        self.killer = killer
+        self.v2 = v2
+        self.joined = joined  # every attempt cgroup, the killer's among them
+        self.memory = memory
+        self.kind = "cgroup2" if v2 else "cgroup1-freezer"
+        self._procs_files = [str(path / "cgroup.procs") for path in joined]
+
+    def create(self) -> None:
+        for path in self.joined:
+            path.mkdir(parents=True, exist_ok=True)
+
+    def preexec(self) -> None:  # pragma: no cover - runs in the child between fork and exec
+        for name in self._procs_files:  # "0": the writing process itself
+            fd = os.open(name, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+
+    def procs(self) -> set[int]:
+        return {pid for pid in _read_pids(self.killer) if (_stat(pid) or ("X",))[0] != "Z"}
+
+    def kill(self) -> None:
+        if not self.killer.exists():
+            return
+        if self.v2:
+            with contextlib.suppress(OSError):
+                _write(self.killer / "cgroup.kill", "1")
+            return
+        # v1: freeze so that nothing forks between reading the list and killing it.
+        state = self.killer / "freezer.state"
+        with contextlib.suppress(OSError):
+            _write(state, "FROZEN")
+            deadline = time.monotonic() + 1.0
+            while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
+                time.sleep(0.005)
+        for pid in _read_pids(self.killer):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            _write(state, "THAWED")
+
+    def remove(self) -> None:
+        for path in self.joined:
+            _remove_tree(path)
+
+    def usage(self) -> Usage:
+        cpu = memory = peak = None
+        with contextlib.suppress(OSError, ValueError):
+            if self.v2:
+                stat = dict(
+                    line.split() for line in (self.killer / "cpu.stat").read_text().splitlines()
+                )
+                cpu = int(stat["usage_usec"]) / 1e6
+        if self.memory is not None:
+            with contextlib.suppress(OSError, ValueError):
+                if (self.memory / "memory.current").exists():
+                    memory = int((self.memory / "memory.current").read_text())
+                    peak_file = self.memory / "memory.peak"
+                    peak = int(peak_file.read_text()) if peak_file.exists() else None
+                else:
+                    memory = int((self.memory / "memory.usage_in_bytes").read_text())
+                    peak = int((self.memory / "memory.max_usage_in_bytes").read_text())
+        return Usage(cpu_seconds=cpu, memory_bytes=memory, memory_peak_bytes=peak)
+
+
+# --- the host, probed once --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Hierarchy:
+    mount: Path
+    own: Path  # this process's cgroup in it, as a directory
+
+
+def _hierarchies() -> tuple[_Hierarchy | None, dict[str, _Hierarchy]]:
+    """The cgroup2 hierarchy and the v1 ones by controller, each with this process's cgroup."""
+    mounts: dict[str, Path] = {}  # "" for cgroup2, else each v1 controller
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            before, _, after = line.partition(" - ")
+            fstype, _source, options = [*after.split(), "", "", ""][:3]
+            point = Path(before.split()[4])
+            if fstype == "cgroup2":
+                mounts.setdefault("", point)
+            elif fstype == "cgroup":
+                for option in options.split(","):
+                    mounts.setdefault(option, point)
+    v2 = None
+    v1: dict[str, _Hierarchy] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            number, controllers, path = line.split(":", 2)
+            relative = path.lstrip("/")
+            if number == "0" and controllers == "" and "" in mounts:
+                v2 = _Hierarchy(mounts[""], mounts[""] / relative)
+            for controller in controllers.split(","):
+                if controller and controller in mounts:
+                    v1[controller] = _Hierarchy(mounts[controller], mounts[controller] / relative)
+    return v2, v1
+
+
+def _usable(base: Path, needs: str) -> bool:
+    """Whether this agent can make cgroups under ``base`` and move processes into them."""
+    probe = base / f"probe-{os.getpid()}"
+    try:
+        probe.mkdir(parents=True, exist_ok=True)
+        try:
+            return (probe / needs).exists() and os.access(probe / "cgroup.procs", os.W_OK)
+        finally:
+            probe.rmdir()
+    except OSError:
+        return False
+
+
+class Containments:
+    """The way this host contains attempts, decided once; makes one ``Containment`` each."""
+
+    def __init__(
+        self,
+        namespace: str,
+        killer: Path | None = None,
+        v2: bool = False,
+        memory: Path | None = None,
+        subreaper: bool = False,
+    ) -> None:
+        self.namespace = namespace
+        self.killer = killer  # the namespace's directory in the killing hierarchy
+        self.v2 = v2
+        self.memory = memory  # the namespace's directory in the memory hierarchy, if any
+        self.subreaper = subreaper
+
+    @property
+    def kind(self) -> str:
+        if self.killer is None:
+            return "subreaper" if self.subreaper else "process tree"
+        return "cgroup2" if self.v2 else "cgroup1-freezer"
+
+    @classmethod
+    def probe(cls, namespace: str, cgroups: bool = True, use_v2: bool = True) -> Containments:
+        """cgroup v2 with cgroup.kill, else the v1 freezer; else the agent as subreaper.
+        (``cgroups=False`` and ``use_v2=False`` are for tests of the other paths.)"""
+        v2, v1 = _hierarchies() if cgroups else (None, {})
+        memory_hierarchy = v1.get("memory")
+        memory = memory_hierarchy.own / "strata" / namespace if memory_hierarchy else None
+        if memory is not None and not _usable(memory, "memory.limit_in_bytes"):
+            memory = None
+        if v2 is not None and use_v2 and _usable(v2.own / "strata" / namespace, "cgroup.kill"):
+            return cls(namespace, v2.own / "strata" / namespace, True, memory)
+        freezer = v1.get("freezer")
+        if freezer is not None and _usable(freezer.own / "strata" / namespace, "freezer.state"):
+            return cls(namespace, freezer.own / "strata" / namespace, False, memory)
+        return cls(namespace, subreaper=become_subreaper())
+
+    def close(self) -> None:
+        """Remove the namespace's cgroups, where no attempt is left in them."""
+        for directory in (self.killer, self.memory):
+            if directory is not None:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+
+    def marker(self, key: TaskKey) -> str:
+        return f"{self.namespace}/{attempt_name(key)}"
+
+    def create(self, key: TaskKey) -> Containment:
+        """The attempt's containment, its cgroups made (ready for ``preexec``)."""
+        if self.killer is None:
+            return ProcessTreeContainment(self.marker(key), subreaper=self.subreaper)
+        name = attempt_name(key)
+        joined = [self.killer / name]
+        memory = self.memory / name if self.memory is not None else None
+        if memory is not None:
+            joined.append(memory)
+        containment = CgroupContainment(
+            self.marker(key), self.killer / name, self.v2, joined, memory
+        )
+        containment.create()
+        return containment
+
+    async def end_leftovers(self, keep: frozenset[str] = frozenset()) -> list[str]:
+        """End what is left of attempts this agent no longer runs (it restarted); their names."""
+        ended = []
+        if self.killer is not None:
+            with contextlib.suppress(OSError):
+                for entry in sorted(self.killer.iterdir()):
+                    if entry.is_dir() and entry.name not in keep:
+                        joined = [entry]
+                        if self.memory is not None and (self.memory / entry.name).is_dir():
+                            joined.append(self.memory / entry.name)
+                        containment = CgroupContainment("", entry, self.v2, joined)
+                        if containment.procs():
+                            ended.append(entry.name)
+                        await containment.end()
+            return ended
+        for name in sorted(_marked_attempts(self.namespace) - keep):
+            await ProcessTreeContainment(f"{self.namespace}/{name}", self.subreaper).end()
+            ended.append(name)
+        return ended
+
+
+def _marked_attempts(namespace: str) -> set[str]:
+    """The attempts of a namespace that some live process is marked with."""
+    prefix = f"{MARKER_ENV}={namespace}/".encode()
+    found = set()
+    for pid in _all_pids():
+        if pid == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                if entry.startswith(prefix):
+                    found.add(entry[len(prefix) :].decode(errors="replace"))
+    return found

@@ -1,0 +1,164 @@
+"""Containment of real processes: helpers that leave the session, double-forked daemons and
+cleared environments still end with their attempt, by cgroup here and by subreaper without."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents.host.containment import CgroupContainment, Containments
+from agents.host.launcher import TaskProcess
+from agents.protocol import StartTask, TaskKey
+from tests.support.strict import missing_dependency
+
+KEY = TaskKey(job_id=7, task="worker:1", attempt=2)
+
+# A task that starts a helper in a new session that keeps its stdout, and a double-forked
+# daemon whose environment is cleared (neither in its process group nor marked), then exits 0.
+ESCAPING = """
+import os, subprocess, sys, time
+helper = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+)
+print("helper", helper.pid, flush=True)
+reader, writer = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(writer, str(os.getpid()).encode())
+        os.close(writer)
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"], CLEAN)
+    os._exit(0)
+os.close(writer)
+print("daemon", os.read(reader, 32).decode(), flush=True)
+sys.exit(0)
+"""
+
+
+def escaping(clean_env: bool) -> str:
+    return ESCAPING.replace("CLEAN", "{}" if clean_env else "dict(os.environ)")
+
+
+def command(code: str) -> StartTask:
+    return StartTask(key=KEY, argv=["python", "-c", code], working_dir=".", env={}, port=1, gpus=[])
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+PROBED: list[Containments] = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_namespaces() -> Iterator[None]:
+    yield
+    while PROBED:
+        PROBED.pop().close()
+
+
+def probe(**options: bool) -> Containments:
+    found = Containments.probe(f"test-{uuid.uuid4().hex[:12]}", **options)
+    PROBED.append(found)
+    return found
+
+
+def cgroups(use_v2: bool = True) -> Containments:
+    found = probe(use_v2=use_v2)
+    if found.killer is None:
+        missing_dependency("no cgroups this user can make (needs root or a delegated subtree)")
+    return found
+
+
+async def run_escaping(containments: Containments, clean_env: bool) -> None:
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines), containments.create(KEY))
+    await process.spawn(command(escaping(clean_env)), Path.cwd(), "http://server.test")
+    started = time.monotonic()
+    exit = await asyncio.wait_for(process.wait(), timeout=15)
+    assert time.monotonic() - started < 5  # the helper's open stdout does not hold the exit
+    assert exit.exit_code == 0, exit.log_tail
+    pids = {line.split()[0]: int(line.split()[1]) for line in seen}
+    assert set(pids) == {"helper", "daemon"}, seen
+    assert not [pid for pid in pids.values() if alive(pid)]
+    assert process.left_behind == set()
+    if isinstance(process.containment, CgroupContainment):
+        assert not process.containment.killer.exists()  # removed once empty
+
+
+async def test_the_cgroup_holds_helpers_and_daemons_and_ends_them_with_the_main_exit() -> None:
+    containments = cgroups()
+    assert containments.kind == "cgroup2"  # this machine kind: a v2 mount with cgroup.kill
+    await run_escaping(containments, clean_env=True)
+
+
+async def test_the_v1_freezer_holds_and_ends_them_too() -> None:
+    containments = cgroups(use_v2=False)
+    if containments.kind != "cgroup1-freezer":
+        missing_dependency("no cgroup v1 freezer hierarchy")
+    await run_escaping(containments, clean_env=True)
+
+
+async def test_without_cgroups_the_agent_as_subreaper_ends_and_reaps_them() -> None:
+    containments = probe(cgroups=False)
+    assert containments.kind == "subreaper"
+    await run_escaping(containments, clean_env=False)
+
+
+@pytest.mark.parametrize("use_cgroups", [True, False], ids=["cgroup", "subreaper"])
+async def test_stop_kills_what_ignores_sigterm_outside_the_group(use_cgroups: bool) -> None:
+    containments = cgroups() if use_cgroups else probe(cgroups=False)
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "code = 'import signal, time; signal.signal(15, signal.SIG_IGN); time.sleep(600)'\n"
+        "child = subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines), containments.create(KEY))
+    await process.spawn(command(script), Path.cwd(), "http://server.test")
+    for _ in range(100):
+        if seen:
+            break
+        await asyncio.sleep(0.05)
+    helper = int(seen[0])
+    await process.stop(grace=0.5)
+    exit = await asyncio.wait_for(process.wait(), timeout=15)
+    assert exit.signal == signal.SIGKILL
+    assert not alive(helper)
+
+
+async def test_a_restarted_agent_ends_what_is_left_of_attempts_it_no_longer_runs() -> None:
+    containments = cgroups()
+    process = TaskProcess(KEY, lambda _key, _lines: None, containments.create(KEY))
+    await process.spawn(command("import time; time.sleep(600)"), Path.cwd(), "http://x.test")
+    # The agent that started it is gone (its process watcher too); a new one probes the host.
+    again = Containments.probe(containments.namespace)
+    assert await again.end_leftovers() == ["job7-worker-1-a2"]
+    exit = await asyncio.wait_for(process.wait(), timeout=15)
+    assert exit.signal == signal.SIGKILL
+    assert not alive(process.pid)
+    assert await again.end_leftovers() == []
+
+
+async def test_a_restarted_agent_without_cgroups_finds_leftovers_by_their_marker() -> None:
+    containments = probe(cgroups=False)
+    process = TaskProcess(KEY, lambda _key, _lines: None, containments.create(KEY))
+    await process.spawn(command("import time; time.sleep(600)"), Path.cwd(), "http://x.test")
+    await asyncio.sleep(0.3)  # the marker is in its environment once it has exec'd
+    again = Containments.probe(containments.namespace, cgroups=False)
+    assert await again.end_leftovers() == ["job7-worker-1-a2"]
+    exit = await asyncio.wait_for(process.wait(), timeout=15)
+    assert exit.signal == signal.SIGKILL
