@@ -160,6 +160,9 @@ class StrataClient:
     def hosts(self) -> list[HostRead]:
         return self._request("GET", "/hosts", _HOSTS)
 
+    def forget_host(self, name: str) -> HostRead:
+        return self._request("DELETE", f"/hosts/{name}", _HOST)
+
 
 # What each route answers (its response_model), read straight from the JSON.
 _JOB = TypeAdapter(JobRead)
@@ -168,6 +171,7 @@ _EVENTS = TypeAdapter(list[JobEventRead])
 _CHECKPOINT_NOW = TypeAdapter(CheckpointNow)
 _CHECKPOINTS = TypeAdapter(list[CheckpointRead])
 _TOKEN = TypeAdapter(TokenRead)
+_HOST = TypeAdapter(HostRead)
 _TOKEN_CREATED = TypeAdapter(TokenCreated)
 _TOKENS = TypeAdapter(list[TokenRead])
 _HOSTS = TypeAdapter(list[HostRead])

@@ -100,7 +100,8 @@ class InvalidInputBody(BaseModel):
 _ERROR_DESCRIPTIONS = {
     401: "No bearer token, or one the server does not know.",
     403: "The token is of a kind this endpoint does not admit.",
-    404: "The job (or its task, attempt or checkpoint) does not exist.",
+    404: "What the path names (a job, its task, attempt or checkpoint, a host, a token) does "
+    "not exist.",
     409: "The request is not allowed in the resource's current state.",
     413: "The request body is over the server's limit.",
     415: "The request body's content type is not accepted.",

@@ -86,6 +86,7 @@ class SimulatedAgent:
         self.running: dict[TaskKey, int] = {}
         self.hello = Hello(
             name=f"sim-{index:05d}",
+            identity=f"bench-sim-agent-{index:05d}",
             address=f"10.{index // 250}.{index % 250}.1",
             port_range=(40000, 40999),
             devices=[

@@ -33,6 +33,22 @@ def pytest_runtest_makereport(
         report.longrepr = f"skipped under STRATA_TEST_STRICT=1: {report.longrepr}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def agent_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Agents started without --state-dir keep their identity under this session's temp dir
+    (agents.host.identity.default_state_dir), not in the home dir, where agents of the same
+    name in another test run would find their state dir locked."""
+    import os
+
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("agent-state"))
+    yield
+    if previous is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = previous
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
     """A PostgreSQL server for this test session: an existing one by URL, or a fresh one."""

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 from agents.host.channel import Channel
 from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
+from agents.host.identity import StateDirLock, default_state_dir, load_or_create_identity
 from agents.host.supervisor import Supervisor
 from agents.protocol import Device, Heartbeat, Hello
 
@@ -33,6 +34,7 @@ class AgentConfig:
     gpus: int | None = None  # simulated devices; None asks NVML
     stop_grace_seconds: float = 10.0
     ca_file: str | None = None  # trusted for an https:// server, by the agent and its tasks
+    state_dir: Path | None = None  # its identity and lock; None: default_state_dir(name)
 
 
 def default_address(server_url: str) -> str:
@@ -54,6 +56,10 @@ def parse_port_range(text: str) -> tuple[int, int]:
 class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
+        self.state_dir = config.state_dir or default_state_dir(config.name)
+        self.identity = load_or_create_identity(self.state_dir)  # StateDirError if it cannot
+        self._state_lock = StateDirLock(self.state_dir)
+        self._state_lock.acquire()  # held until the process exits
         self.devices: list[Device] = discover(config.gpus)
         self.containments = Containments.probe(namespace_for(config.name, config.server_url))
         self.supervisor = Supervisor(
@@ -82,6 +88,7 @@ class Agent:
     def _hello(self) -> Hello:
         return Hello(
             name=self.config.name,
+            identity=self.identity,
             address=self.config.address,
             port_range=self.config.port_range,
             devices=self.devices,

@@ -32,6 +32,7 @@ from backend.api.deps import (
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.config import Settings
+from backend.hosts.service import NameClash, connected_clash
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
 from backend.streams.logs import LogStore
@@ -82,13 +83,46 @@ async def agent_channel(
         await _refuse(inbound, version_mismatch(hello))
         return
 
-    connection = AgentConnection(hello.name, websocket)
+    if hello.identity is None:
+        await _refuse(inbound, "this agent presented no identity (Hello.identity)")
+        return
+
+    # One name, one host: an agent with another identity may not take a name in use,
+    # whether its agent is connected (the hub) or between connections (the host's row,
+    # online). The hello checks the row again under the controller's lock.
+    def connected_elsewhere() -> str | None:
+        connected = hub.connection(hello.name)
+        if connected is None or connected.identity == hello.identity:
+            return None
+        return connected_clash(hello.name, connected.address)
+
+    clash = (
+        connected_elsewhere()
+        or await controller.identity_clash(hello)
+        or connected_elsewhere()  # again: an agent may have joined during the read
+    )
+    if clash is not None:
+        await _refuse(inbound, clash)
+        return
+    # No await from the check above to the attach: two agents saying hello at once under
+    # one name cannot both pass (attach raises NameTaken if one somehow did).
+    connection = AgentConnection(
+        hello.name,
+        websocket,
+        identity=hello.identity,
+        address=client.host if client else hello.address,
+    )
     replaced = hub.attach(connection)
     if replaced is not None:
         await replaced.close(1000, "replaced by a newer connection from the same agent")
     log.info("agent %s joined from %s", hello.name, hello.address)
     try:
-        for reply in await controller.on_hello(hello):
+        try:
+            first = await controller.on_hello(hello)
+        except NameClash as clash:  # a hello under this name got in between: it stays
+            await _refuse(inbound, str(clash))
+            return
+        for reply in first:
             connection.send(reply)
         await _serve(inbound, controller, logs, connection, settings.max_log_line_chars)
     except HelloTwice:

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Annotated
 
-from backend.api.deps import ReaderPrincipal, SessionDep
-from backend.errors import ROUTER_ERRORS, closed_query
+from fastapi import APIRouter, Depends, Path
+
+from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep
+from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts import service
 from backend.hosts.schemas import ClusterRead, HostRead
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
+
+HostName = Annotated[
+    str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="The host's name.")
+]
 
 
 @router.get("/hosts", response_model=list[HostRead])
 async def list_hosts(session: SessionDep, _: ReaderPrincipal) -> list[HostRead]:
     """Every host that has joined, with its devices and heartbeat age."""
     return [service.host_read(host) for host in await service.list_hosts(session=session)]
+
+
+@router.delete("/hosts/{name}", response_model=HostRead, responses=error_responses(404, 409))
+async def forget_host(name: HostName, controller: ControllerDep, _: AdminPrincipal) -> HostRead:
+    """Forget a host that is gone, releasing its name to an agent with another identity."""
+    return await controller.forget_host(name)
 
 
 @router.get("/cluster", response_model=ClusterRead)

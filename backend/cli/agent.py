@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
+from agents.host.identity import StateDirError
 from backend.config import LOG_LEVELS, read_secret_file
 
 # The server's levels but uvicorn's "trace", which Python's logging does not know by itself.
@@ -49,6 +50,16 @@ def agent(
     workspace: Annotated[
         Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
     ] = Path(),
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="STRATA_AGENT_STATE_DIR",
+            help="Where the agent keeps its identity (made on the first start; the server "
+            "lets one identity at a time use a name). Default: "
+            "$XDG_STATE_HOME/strata/agent-NAME (~/.local/state/strata/agent-NAME).",
+            show_default=False,
+        ),
+    ] = None,
     ca_file: Annotated[
         Path | None,
         typer.Option(
@@ -85,11 +96,14 @@ def agent(
         workspace=workspace.resolve(),
         gpus=gpus,
         ca_file=None if ca_file is None else str(ca_file.resolve()),
+        state_dir=None if state_dir is None else state_dir.resolve(),
     )
     try:
         running = Agent(config)
     except ValueError as exc:  # an unusable CA file, a server URL that is not http(s)
         raise typer.BadParameter(str(exc)) from None
+    except StateDirError as exc:
+        raise SystemExit(f"strata agent: {exc}") from None
     asyncio.run(running.run())
 
 

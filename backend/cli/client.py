@@ -287,8 +287,10 @@ def jobs_evaluator(
     console.print(f"evaluator of job {job_id}: {task.status.value if task else 'none'}{where}")
 
 
-def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
-    """List the hosts that have joined, with their devices."""
+def hosts(ctx: typer.Context, server: ServerOption = None, token: TokenOption = None) -> None:
+    """List the hosts that have joined, with their devices (or forget one)."""
+    if ctx.invoked_subcommand is not None:
+        return
     with connect(server, token) as client:
         found = client.hosts()
     table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "PORTS", "HEARTBEAT")
@@ -306,9 +308,23 @@ def hosts(server: ServerOption = None, token: TokenOption = None) -> None:
     console.print(table)
 
 
+def hosts_forget(
+    name: Annotated[str, typer.Argument(help="The host's name.")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Forget a host that is gone (re-imaged, retired), freeing its name for a new agent."""
+    with connect(server, token) as client:
+        host = client.forget_host(name)
+    console.print(f"forgot host {escape(host.name)} (last at {escape(host.address)})")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(submit)
-    app.command()(hosts)
+    hosts_app = typer.Typer(help="List hosts, or forget one.", invoke_without_command=True)
+    hosts_app.callback()(hosts)
+    hosts_app.command("forget")(hosts_forget)
+    app.add_typer(hosts_app, name="hosts")
     jobs = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
     jobs.command("ls")(jobs_ls)
     jobs.command("show")(jobs_show)

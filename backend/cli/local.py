@@ -89,6 +89,8 @@ class LocalCluster:
                 f"{low}-{low + AGENT_PORTS_EACH - 1}",
                 "--workspace",
                 str(self.workspace),
+                "--state-dir",
+                str(logs / f"local-{index}"),
                 env={
                     **os.environ,
                     "STRATA_AGENT_TOKEN": self.settings.agent_token.get_secret_value(),

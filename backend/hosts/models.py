@@ -24,6 +24,9 @@ class Host(Base):
     port_range_start: Mapped[int] = mapped_column(Integer)
     port_range_end: Mapped[int] = mapped_column(Integer)
     agent_version: Mapped[str | None] = mapped_column(String(64))
+    # The identity its agent presented (Hello.identity): while the host is online, a hello
+    # under its name with another identity is another machine, and is refused.
+    identity: Mapped[str | None] = mapped_column(String(128))
     info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

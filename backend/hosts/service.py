@@ -6,12 +6,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from agents.vocabulary import format_task_name
 from backend.db import utcnow
+from backend.errors import Conflict, NotFound
 from backend.hosts.models import Device, Host
 from backend.hosts.schemas import (
     ClusterRead,
@@ -23,7 +24,7 @@ from backend.hosts.schemas import (
     TaskRef,
 )
 from backend.jobs.models import Job, Task
-from backend.jobs.states import HostStatus, TaskStatus
+from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, HostStatus, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,41 @@ class DeviceInfo:
     simulated: bool = False
 
 
+class NameClash(Exception):
+    """A hello under a host's name from an agent with another identity, while the host is
+    online: another machine. The message says so, for the refused agent to print."""
+
+
+def connected_clash(name: str, address: str) -> str:
+    """Why an agent is refused when another identity is connected under its name."""
+    return (
+        f"{name} is already connected from {address} with another identity; "
+        "start this agent with another --name"
+    )
+
+
+def identity_clash(host: Host | None, identity: str | None) -> str | None:
+    """Why a hello with `identity` may not take this host's name, or None if it may.
+
+    The name is held by the identity that last joined under it for as long as the host is
+    online, connected or not yet noticed gone (heartbeat_timeout_seconds), so that a second
+    machine cannot slip in while the first reconnects. A lost host's name is free again;
+    `strata hosts forget` frees it at once.
+    """
+    if host is None or host.identity is None or host.identity == identity:
+        return None
+    if host.status is not HostStatus.online:
+        return None
+    return (
+        f"{host.name} is online from {host.address} with another identity; start this "
+        f"agent with another --name (or, if that host is gone, strata hosts forget {host.name})"
+    )
+
+
+async def find_host(*, session: AsyncSession, name: str) -> Host | None:
+    return await session.scalar(select(Host).where(Host.name == name))
+
+
 async def register_host(
     *,
     session: AsyncSession,
@@ -44,15 +80,20 @@ async def register_host(
     port_range: tuple[int, int],
     devices: Sequence[DeviceInfo],
     agent_version: str | None = None,
+    identity: str | None = None,
 ) -> Host:
-    """Create or refresh a host as its agent announces itself; it is online from now."""
+    """Create or refresh a host as its agent announces itself; it is online from now.
+    Raises NameClash, changing nothing, if another identity holds the name."""
     host = await session.scalar(
         select(Host).where(Host.name == name).options(selectinload(Host.devices))
     )
+    if (clash := identity_clash(host, identity)) is not None:
+        raise NameClash(clash)
     now = utcnow()
     if host is None:
         host = Host(name=name, registered_at=now, info={})
         session.add(host)
+    host.identity = identity
     host.address = address
     host.status = HostStatus.online
     host.port_range_start, host.port_range_end = port_range
@@ -75,6 +116,50 @@ def _sync_devices(host: Host, announced: Sequence[DeviceInfo]) -> None:
             host.devices.append(device)
         device.kind, device.name, device.uuid = info.kind, info.name, info.uuid
         device.memory_mb, device.simulated = info.memory_mb, info.simulated
+
+
+async def forget_host(*, session: AsyncSession, name: str, connected_from: str | None) -> HostRead:
+    """Release a host's name (a machine re-imaged or retired): its row and devices go, and
+    the next agent to say hello under the name joins as a new host, whatever its identity.
+    Refused while an agent is connected under the name (`connected_from`: its address) or
+    while tasks of unfinished jobs are placed on it. Tasks that ran there no longer name it.
+    Returns the host as it was.
+    """
+    host = await session.scalar(
+        select(Host).where(Host.name == name).options(selectinload(Host.devices))
+    )
+    if host is None:
+        raise NotFound(f"host {name} does not exist")
+    if connected_from is not None:
+        raise Conflict(
+            f"{name} is connected from {connected_from}: stop its agent first "
+            "(forget releases the name of a host that is gone)"
+        )
+    jobs = (
+        await session.execute(
+            select(Job.id, Job.name)
+            .join(Task.job)
+            .where(
+                Task.host_id == host.id,
+                or_(Task.status.in_(LIVE_TASK_STATUSES), Job.status.in_(ACTIVE_JOB_STATUSES)),
+            )
+            .distinct()
+            .order_by(Job.id)
+        )
+    ).all()
+    if jobs:
+        named = ", ".join(f"{job_id} ({job_name})" for job_id, job_name in jobs[:10])
+        more = f" and {len(jobs) - 10} more" if len(jobs) > 10 else ""
+        raise Conflict(
+            f"{name} still has tasks of unfinished jobs: {named}{more}; cancel them, or wait "
+            "until the host is lost and they are placed elsewhere"
+        )
+    await session.execute(update(Task).where(Task.host_id == host.id).values(host_id=None))
+    await session.execute(delete(Device).where(Device.host_id == host.id))
+    forgotten = host_read(host)
+    await session.execute(delete(Host).where(Host.id == host.id))
+    await session.flush()
+    return forgotten
 
 
 async def list_hosts(*, session: AsyncSession) -> list[Host]:

@@ -26,7 +26,14 @@ from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.hosts.models import Host
-from backend.hosts.service import DeviceInfo, register_host
+from backend.hosts.schemas import HostRead
+from backend.hosts.service import (
+    DeviceInfo,
+    find_host,
+    forget_host,
+    identity_clash,
+    register_host,
+)
 from backend.scheduling import task_events
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.hub import AgentHub
@@ -159,7 +166,8 @@ class Controller:
 
     async def on_hello(self, hello: Hello) -> list[ServerMessage]:
         """An agent (re)joined: record its host, take its news, and resynchronise it. Returns
-        what to send it first, in order: the welcome, then its commands."""
+        what to send it first, in order: the welcome, then its commands. Raises NameClash,
+        changing nothing, if the host is online with another agent identity."""
         self.heard_from(hello.name)
         async with self._transaction() as tx:
             self.view.capacity_changed()  # its devices, and what it still runs, may differ
@@ -170,6 +178,7 @@ class Controller:
                 port_range=hello.port_range,
                 devices=[DeviceInfo(**d.model_dump()) for d in hello.devices],
                 agent_version=hello.version,
+                identity=hello.identity,
             )
             # Starts it reported on its previous connection come before what it says now.
             await apply_reported_starts(tx, self.view, [hello.name])
@@ -184,6 +193,37 @@ class Controller:
         self._send(Outbox([(h, m) for h, m in tx.outbox.messages if h != hello.name]))
         self.wake()
         return first
+
+    async def forget_host(self, name: str) -> HostRead:
+        """Release a host's name (`strata hosts forget`); hosts.service.forget_host says when
+        it is refused. What the controller remembered about the host goes with it."""
+        hub = self.backend.hub
+
+        async def change(tx: Transaction) -> HostRead:
+            # Under the lock, which a joining agent's hello takes after it is attached:
+            # either it is seen connected here, or it registers the host again afterwards.
+            connected = hub.connection(name)
+            return await forget_host(
+                session=tx.session,
+                name=name,
+                connected_from=None if connected is None else connected.address,
+            )
+
+        forgotten = await self.apply(change)
+        view = self.view
+        view.forget(name)
+        view.last_heard.pop(name, None)
+        view.last_compared.pop(name, None)
+        view.settled.discard(name)
+        view.to_compare.pop(name, None)
+        view.reported_starts.pop(name, None)
+        return forgotten
+
+    async def identity_clash(self, hello: Hello) -> str | None:
+        """Why this hello may not take its host's name, if it may not (a read: no lock)."""
+        async with self.sessions() as session:
+            host = await find_host(session=session, name=hello.name)
+            return identity_clash(host, hello.identity)
 
     def heard_from(self, host_name: str) -> None:
         """An agent's frame arrived: it is alive, whatever the controller is busy with."""

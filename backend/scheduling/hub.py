@@ -22,9 +22,18 @@ TRY_AGAIN_LATER = 1013  # websocket close code: the agent reconnects
 
 
 class AgentConnection:
-    def __init__(self, host_name: str, websocket: WebSocket) -> None:
+    def __init__(
+        self,
+        host_name: str,
+        websocket: WebSocket,
+        *,
+        identity: str | None = None,
+        address: str = "",
+    ) -> None:
         self.host_name = host_name
         self.websocket = websocket
+        self.identity = identity  # the agent's persistent identity (Hello.identity)
+        self.address = address  # where it connected from
         # Task attempts this agent has been found to run: their logs are its to send.
         self.own_attempts: set[tuple[int, str, int]] = set()
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
@@ -61,14 +70,27 @@ class AgentConnection:
             await self._writer
 
 
+class NameTaken(Exception):
+    """Another agent (another identity) is connected under this host name."""
+
+    def __init__(self, connected: AgentConnection) -> None:
+        super().__init__(connected.host_name)
+        self.connected = connected
+
+
 class AgentHub:
     def __init__(self) -> None:
         self._connections: dict[str, AgentConnection] = {}
         self.changes = 0  # attaches and detaches so far: the set of connected hosts changed
 
     def attach(self, connection: AgentConnection) -> AgentConnection | None:
-        """Register a connection; returns the one it replaces (an agent that reconnected)."""
+        """Register a connection; returns the one it replaces (the same agent, reconnected).
+        Raises NameTaken, leaving the connected one alone, when an agent with another
+        identity holds the name. (No await between the check and the change: two agents
+        saying hello at once cannot both pass.)"""
         previous = self._connections.get(connection.host_name)
+        if previous is not None and previous.identity != connection.identity:
+            raise NameTaken(previous)
         self._connections[connection.host_name] = connection
         self.changes += 1
         return previous
@@ -81,6 +103,9 @@ class AgentHub:
     def send(self, host_name: str, message: ServerMessage) -> bool:
         connection = self._connections.get(host_name)
         return connection is not None and connection.send(message)
+
+    def connection(self, host_name: str) -> AgentConnection | None:
+        return self._connections.get(host_name)
 
     def connected(self, host_name: str) -> bool:
         return host_name in self._connections

@@ -47,9 +47,11 @@ def client(database_url: str, tmp_path: Path) -> Iterator[TestClient]:
 
 
 def hello(name: str = "fake-host", **extra: Any) -> str:
+    """A hello from the agent of that name (the same identity each time, unless given)."""
+    extra.setdefault("identity", f"identity-of-{name}-agent")
+    extra.setdefault("address", "10.1.2.3")
     return Hello(
         name=name,
-        address="10.1.2.3",
         port_range=(50000, 50009),
         devices=[
             Device(index=0, name="Simulated GPU", simulated=True),
@@ -266,3 +268,91 @@ def test_a_second_hello_closes_the_channel_before_later_frames_are_read(
             while True:
                 receive(ws)
     assert (closed.value.code, closed.value.reason) == (1008, "hello may only be sent once")
+
+
+# --- one name, one host ---------------------------------------------------------------------
+
+CLONE = "identity-of-a-cloned-image"
+
+
+def test_a_second_agent_under_a_connected_name_is_refused(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as owner:
+        owner.send_text(hello())
+        assert isinstance(receive(owner), Welcome)
+        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+        start = receive(owner)
+        assert isinstance(start, StartTask)
+        owner.send_text(TaskStarted(key=start.key, pid=4242).model_dump_json())
+        _wait(client, job["id"], "running")
+
+        with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
+            clone.send_text(hello(identity=CLONE, address="10.9.9.9"))
+            refused = receive(clone)
+            with pytest.raises(WebSocketDisconnect) as closed:
+                clone.receive_text()
+        assert isinstance(refused, Refused)  # the clone gives up instead of reconnecting
+        assert refused.reason == (
+            "fake-host is already connected from testclient with another identity; "
+            "start this agent with another --name"
+        )
+        assert closed.value.code == 1008
+
+        # The connected agent is undisturbed: it is still heard, and its job runs on.
+        owner.send_text(Heartbeat(running=[RunningTask(key=start.key, pid=4242)]).model_dump_json())
+        owner.send_text(TaskLogs(key=start.key, first_line=0, lines=["on"]).model_dump_json())
+        assert receive(owner) == LogsAck(key=start.key, next_line=1)
+        running = client.get(f"/jobs/{job['id']}", headers=ADMIN).json()
+        (host,) = client.get("/hosts", headers=ADMIN).json()
+    assert running["status"] == "running"
+    assert [(t["status"], t["attempt"], t["pid"]) for t in running["tasks"]] == [
+        ("running", 0, 4242)
+    ]
+    assert (host["address"], host["status"]) == ("10.1.2.3", "online")
+
+
+def test_the_same_agent_reconnecting_replaces_its_old_connection(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as old:
+        old.send_text(hello())
+        assert isinstance(receive(old), Welcome)
+        with client.websocket_connect("/agents/connect", headers=AGENT) as new:
+            new.send_text(hello())
+            assert isinstance(receive(new), Welcome)
+            with pytest.raises(WebSocketDisconnect) as closed:
+                old.receive_text()
+    assert (closed.value.code, closed.value.reason) == (
+        1000,
+        "replaced by a newer connection from the same agent",
+    )
+
+
+def test_a_name_stays_held_between_connections_until_forgotten(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as owner:
+        owner.send_text(hello())
+        assert isinstance(receive(owner), Welcome)
+    # Gone, but not yet noticed (its host is online until its heartbeats time out): another
+    # machine cannot take the name while the first may be reconnecting.
+    with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
+        clone.send_text(hello(identity=CLONE))
+        refused = receive(clone)
+    assert isinstance(refused, Refused)
+    assert refused.reason == (
+        "fake-host is online from 10.1.2.3 with another identity; start this agent with "
+        "another --name (or, if that host is gone, strata hosts forget fake-host)"
+    )
+
+    forgotten = client.delete("/hosts/fake-host", headers=ADMIN)
+    assert forgotten.status_code == 200, forgotten.text
+    with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
+        clone.send_text(hello(identity=CLONE, address="10.9.9.9"))
+        assert isinstance(receive(clone), Welcome)
+        (host,) = client.get("/hosts", headers=ADMIN).json()
+    assert (host["name"], host["address"]) == ("fake-host", "10.9.9.9")
+
+
+def test_an_agent_without_an_identity_is_refused(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello(identity=None))
+        refused = receive(ws)
+    assert isinstance(refused, Refused)
+    assert refused.reason == "this agent presented no identity (Hello.identity)"
+    assert client.get("/hosts", headers=ADMIN).json() == []

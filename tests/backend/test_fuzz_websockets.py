@@ -106,7 +106,11 @@ def client(
 
 def hello_frame(name: str = "fuzz-agent") -> str:
     return Hello(
-        name=name, address="10.0.0.9", port_range=(51000, 51009), version="fuzz"
+        name=name,
+        identity="fuzz-agent-identity",
+        address="10.0.0.9",
+        port_range=(51000, 51009),
+        version="fuzz",
     ).model_dump_json()
 
 
@@ -338,6 +342,8 @@ def expect_agent(frames: list[Frame]) -> Outcome:
             return (1008, "the first frame must be hello")
         if position == 0 and message.protocol != PROTOCOL_VERSION:
             return (1008, f"agent protocol {message.protocol} is not this server's")
+        if position == 0 and message.identity is None:
+            return (1008, "this agent presented no identity")
         if position > 0 and isinstance(message, Hello):
             return (1008, "hello may only be sent once")
     return None

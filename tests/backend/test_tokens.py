@@ -209,7 +209,12 @@ def test_every_websocket_admits_only_whom_it_should(
     client, tokens = matrix_client
     task_of_job_1 = client.app.state.tokens.task_token(1)  # type: ignore[attr-defined]
     hello = Hello(
-        name="matrix-host", address="127.0.0.1", port_range=(1, 2), devices=[], version="test"
+        name="matrix-host",
+        identity="matrix-host-identity",
+        address="127.0.0.1",
+        port_range=(1, 2),
+        devices=[],
+        version="test",
     )
     subscribe = json.dumps({"type": "subscribe", "cursor": None})
     channels = {

@@ -83,7 +83,12 @@ class Cluster:
     def wait_status(self, job_id: int, status: str, timeout: float = 240) -> dict[str, Any]:
         return self.wait_for(job_id, lambda j: j["status"] == status, timeout, status)
 
-    def start_agent(self, name: str, gpus: int, ports: str) -> subprocess.Popen[bytes]:
+    def start_agent(
+        self, name: str, gpus: int, ports: str, state_dir: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        """An agent beside the cluster's; its identity is kept in `state_dir` (default:
+        under the data dir, one per name)."""
+        state_dir = state_dir or self.data_dir / "agent-state" / name
         log = (self.data_dir / f"agent-{name}.log").open("ab")
         process = subprocess.Popen(
             [
@@ -99,6 +104,8 @@ class Cluster:
                 ports,
                 "--workspace",
                 str(REPO),
+                "--state-dir",
+                str(state_dir),
             ],
             env={**os.environ, "STRATA_AGENT_TOKEN": self.agent_token},
             stdout=log,

@@ -46,8 +46,14 @@ async def make_host(
     gpus: int = 2,
     address: str = "127.0.0.1",
     port_range: tuple[int, int] = (42000, 42099),
+    identity: str | None = None,
 ) -> Host:
     devices = [DeviceInfo(index=i, name="Simulated GPU", simulated=True) for i in range(gpus)]
     return await register_host(
-        session=session, name=name, address=address, port_range=port_range, devices=devices
+        session=session,
+        name=name,
+        address=address,
+        port_range=port_range,
+        devices=devices,
+        identity=identity,
     )

@@ -64,6 +64,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/hosts/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Forget Host
+         * @description Forget a host that is gone, releasing its name to an agent with another identity.
+         */
+        delete: operations["forget_host_hosts__name__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -1343,6 +1363,74 @@ export interface operations {
             };
         };
     };
+    forget_host_hosts__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
     list_jobs_jobs_get: {
         parameters: {
             query?: {
@@ -1505,7 +1593,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1564,7 +1652,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1635,7 +1723,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1724,7 +1812,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1787,7 +1875,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1858,7 +1946,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1924,7 +2012,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1983,7 +2071,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2061,7 +2149,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2122,7 +2210,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2335,7 +2423,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description The job (or its task, attempt or checkpoint) does not exist. */
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
                 headers: {
                     [name: string]: unknown;
