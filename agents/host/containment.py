@@ -113,6 +113,14 @@ class Containment:
     def usage(self) -> Usage:
         return Usage()
 
+    def limit_memory(self, limit: int) -> bool:
+        """Hold the attempt's processes to ``limit`` bytes together; False where it cannot."""
+        return False
+
+    def oom_kills(self) -> int:
+        """How many of its processes the kernel killed for going over the memory limit."""
+        return 0
+
 
 # --- no cgroups: the process tree, the session and the marker --------------------------------
 
@@ -285,6 +293,30 @@ class CgroupContainment(Containment):
         for path in self.joined:
             _remove_tree(path)
 
+    def limit_memory(self, limit: int) -> bool:
+        if self.memory is None:
+            return False
+        if (self.memory / "memory.max").exists():  # v2; no swapping past the limit either
+            _write(self.memory / "memory.max", str(limit))
+            with contextlib.suppress(OSError):
+                _write(self.memory / "memory.swap.max", "0")
+            return True
+        _write(self.memory / "memory.limit_in_bytes", str(limit))
+        with contextlib.suppress(OSError):  # only where swap accounting is on
+            _write(self.memory / "memory.memsw.limit_in_bytes", str(limit))
+        return True
+
+    def oom_kills(self) -> int:
+        if self.memory is None:
+            return 0
+        name = "memory.events" if (self.memory / "memory.max").exists() else "memory.oom_control"
+        with contextlib.suppress(OSError, ValueError):
+            for line in (self.memory / name).read_text().splitlines():
+                field, _, value = line.partition(" ")
+                if field == "oom_kill":
+                    return int(value)
+        return 0
+
     def usage(self) -> Usage:
         cpu = memory = peak = None
         with contextlib.suppress(OSError, ValueError):
@@ -354,6 +386,20 @@ def _usable(base: Path, needs: str) -> bool:
         return False
 
 
+def _enable_v2_memory(own: Path, namespace: Path) -> bool:
+    """Give the namespace's cgroups the v2 memory controller, where this cgroup has it to give
+    (a cgroup that holds processes cannot, unless it is the root: the agent then needs a
+    delegated subtree of its own)."""
+    with contextlib.suppress(OSError):
+        if "memory" not in (own / "cgroup.controllers").read_text().split():
+            return False
+        for directory in (own, own / "strata", namespace):
+            if "memory" not in (directory / "cgroup.subtree_control").read_text().split():
+                _write(directory / "cgroup.subtree_control", "+memory")
+        return True
+    return False
+
+
 class Containments:
     """The way this host contains attempts, decided once; makes one ``Containment`` each."""
 
@@ -387,7 +433,10 @@ class Containments:
         if memory is not None and not _usable(memory, "memory.limit_in_bytes"):
             memory = None
         if v2 is not None and use_v2 and _usable(v2.own / "strata" / namespace, "cgroup.kill"):
-            return cls(namespace, v2.own / "strata" / namespace, True, memory)
+            killer = v2.own / "strata" / namespace
+            if memory is None and _enable_v2_memory(v2.own, killer):
+                memory = killer  # each attempt's own cgroup then has memory.max
+            return cls(namespace, killer, True, memory)
         freezer = v1.get("freezer")
         if freezer is not None and _usable(freezer.own / "strata" / namespace, "freezer.state"):
             return cls(namespace, freezer.own / "strata" / namespace, False, memory)
@@ -410,7 +459,7 @@ class Containments:
         name = attempt_name(key)
         joined = [self.killer / name]
         memory = self.memory / name if self.memory is not None else None
-        if memory is not None:
+        if memory is not None and memory != joined[0]:
             joined.append(memory)
         containment = CgroupContainment(
             self.marker(key), self.killer / name, self.v2, joined, memory
@@ -426,8 +475,9 @@ class Containments:
                 for entry in sorted(self.killer.iterdir()):
                     if entry.is_dir() and entry.name not in keep:
                         joined = [entry]
-                        if self.memory is not None and (self.memory / entry.name).is_dir():
-                            joined.append(self.memory / entry.name)
+                        memory = self.memory
+                        if memory not in (None, self.killer) and (memory / entry.name).is_dir():
+                            joined.append(memory / entry.name)
                         containment = CgroupContainment("", entry, self.v2, joined)
                         if containment.procs():
                             ended.append(entry.name)

@@ -24,6 +24,7 @@ from agents.host.containment import (
     attempt_name,
 )
 from agents.host.lines import LineSplitter
+from agents.memory_size import format_memory
 from agents.protocol import StartTask, TaskExit, TaskKey
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class TaskProcess:
         self.containment = containment or ProcessTreeContainment(marker_for(key))
         self.stop_requested = False
         self.left_behind: set[int] = set()  # pids that outlived every kill (should stay empty)
+        self.memory_limit: int | None = None  # bytes, where its cgroup enforces one
 
     @property
     def pid(self) -> int:
@@ -166,6 +168,7 @@ class TaskProcess:
     ) -> None:
         cwd = resolve_working_dir(workspace, command.working_dir)
         env = task_env(os.environ, command.env, server_url, ca_file)
+        self._limit_memory(command.memory_limit)
         env[MARKER_ENV] = self.containment.marker
         self._termination_file = _new_termination_file()
         env[TaskEnvironment.variable("termination_file")] = str(self._termination_file)
@@ -190,10 +193,28 @@ class TaskProcess:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             self._termination_file.unlink(missing_ok=True)
-            await self.containment.end(within=1)
             reason = exc.strerror if isinstance(exc, OSError) else None
             raise LaunchError(f"cannot run {command.argv[0]!r}: {reason or exc}") from exc
         self.containment.attach(self._transport.get_pid())
+
+    def _limit_memory(self, limit: int | None) -> None:
+        if limit is None:
+            return
+        try:
+            enforced = self.containment.limit_memory(limit)
+        except OSError as exc:
+            raise LaunchError(
+                f"cannot set the memory limit of {format_memory(limit)}: {exc}"
+            ) from exc
+        if enforced:
+            self.memory_limit = limit
+        else:
+            self._emit(
+                [
+                    f"strata: this host cannot enforce the memory limit of {format_memory(limit)}"
+                    " (the agent has no memory cgroup); the task runs without one"
+                ]
+            )
 
     def _on_data(self, fd: int, data: bytes) -> None:
         self._emit(self._splitters[fd].feed(data))
@@ -209,6 +230,7 @@ class TaskProcess:
         code = self._transport.get_returncode()
         assert code is not None
         self.containment.main_exited()
+        over = self.memory_limit if self.memory_limit and self.containment.oom_kills() else None
         # The main process is the attempt: what it left behind goes with it, and the pipes
         # they held close with them. Output already written is still read.
         self.left_behind = await self.containment.end(within=END_SECONDS)
@@ -233,6 +255,7 @@ class TaskProcess:
             signal=died_of,
             refused=self._read_refusal(),
             log_tail=list(self._tail),
+            over_memory_limit=over,
         )
 
     def _read_refusal(self) -> str | None:

@@ -116,6 +116,7 @@ class Supervisor:
             await process.spawn(command, self.workspace, self.server_url, ca_file=self.ca_file)
         except LaunchError as exc:
             log.warning("cannot start %s of job %s: %s", key.task, key.job_id, exc)
+            await process.containment.end(within=1)  # nothing runs there: remove its cgroups
             self._finish(TaskExit(key=key, exit_code=None, error=str(exc)))
             return
         self._tasks[key] = process

@@ -162,3 +162,41 @@ async def test_a_restarted_agent_without_cgroups_finds_leftovers_by_their_marker
     assert await again.end_leftovers() == ["job7-worker-1-a2"]
     exit = await asyncio.wait_for(process.wait(), timeout=15)
     assert exit.signal == signal.SIGKILL
+
+
+async def test_a_task_over_its_memory_limit_is_killed_and_says_so() -> None:
+    containments = cgroups()
+    if containments.memory is None:
+        missing_dependency("no memory cgroup this user can make")
+    limit = 64 * 1024 * 1024
+    start = command("print('allocating', flush=True); data = b'x' * (512 << 20); print('survived')")
+    start = start.model_copy(update={"memory_limit": limit})
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines), containments.create(KEY))
+    await process.spawn(start, Path.cwd(), "http://server.test")
+    exit = await asyncio.wait_for(process.wait(), timeout=30)
+    assert exit.signal == signal.SIGKILL, seen
+    assert exit.over_memory_limit == limit
+    assert "survived" not in seen
+
+
+async def test_a_task_within_its_memory_limit_is_not_reported_over_it() -> None:
+    containments = cgroups()
+    start = command("data = b'x' * (8 << 20)").model_copy(update={"memory_limit": 256 << 20})
+    process = TaskProcess(KEY, lambda _key, _lines: None, containments.create(KEY))
+    await process.spawn(start, Path.cwd(), "http://server.test")
+    exit = await asyncio.wait_for(process.wait(), timeout=30)
+    assert (exit.exit_code, exit.over_memory_limit) == (0, None)
+
+
+async def test_without_a_memory_cgroup_the_task_runs_and_its_log_says_the_limit_is_not_held() -> (
+    None
+):
+    containments = probe(cgroups=False)
+    start = command("print('ran')").model_copy(update={"memory_limit": 64 << 20})
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines), containments.create(KEY))
+    await process.spawn(start, Path.cwd(), "http://server.test")
+    exit = await asyncio.wait_for(process.wait(), timeout=30)
+    assert exit.exit_code == 0
+    assert "cannot enforce the memory limit of 64 MiB" in seen[0] and seen[-1] == "ran"
