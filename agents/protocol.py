@@ -13,13 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from agents.vocabulary import TaskNameText
 
-PROTOCOL_VERSION = 2  # 2: TaskExit.refused
+PROTOCOL_VERSION = 3  # 2: TaskExit.refused; 3: Hello.identity (one name, one host)
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 MAX_LOG_BATCH = 1_000  # lines per task_logs message
 MAX_LOG_BATCH_CHARS = 512 * 1024  # characters of lines per task_logs message (one line more)
 MAX_TASKS_LISTED = 10_000  # attempts in one hello or heartbeat
 MAX_INT32 = 2**31 - 1  # ids, pids, attempts, exit codes: what the database columns hold
 MAX_INT64 = 2**63 - 1
+IDENTITY_PATTERN = r"^[A-Za-z0-9._-]{16,128}$"  # an agent's persistent identity
 
 
 def cut_line(line: str, limit: int = MAX_LOG_LINE) -> str:
@@ -88,6 +89,10 @@ class Hello(_Message):
     type: Literal["hello"] = "hello"
     protocol: int = PROTOCOL_VERSION  # the server refuses an agent that speaks another
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    # Made once and kept in the agent's state dir: the server refuses a hello for a name
+    # whose connected agent presents another one (two hosts under one name). Optional only
+    # so that an older agent's hello still parses and hears why it is refused (its protocol).
+    identity: str | None = Field(default=None, pattern=IDENTITY_PATTERN)
     address: str = Field(min_length=1, max_length=255)  # how other hosts reach its tasks
     port_range: tuple[Port, Port]
     devices: list[Device] = Field(default_factory=list, max_length=1024)
