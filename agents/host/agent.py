@@ -61,7 +61,12 @@ class Agent:
         self._state_lock = StateDirLock(self.state_dir)
         self._state_lock.acquire()  # held until the process exits
         self.devices: list[Device] = discover(config.gpus)
-        self.containments = Containments.probe(namespace_for(config.name, config.server_url))
+        # Keyed by the identity too: a second agent started on this host under the same name
+        # (refused by the server, but only once it has said hello) must not take the first
+        # one's attempts for its own leftovers and end them at start.
+        self.containments = Containments.probe(
+            namespace_for(f"{self.identity[:12]}.{config.name}", config.server_url)
+        )
         self.supervisor = Supervisor(
             config.workspace,
             config.server_url,
