@@ -69,9 +69,9 @@ RUN groupadd --gid 10001 strata \
     && useradd --uid 10001 --gid strata --no-create-home --home-dir /var/lib/strata \
         --shell /usr/sbin/nologin strata \
     && mkdir -p /var/lib/strata/data /var/lib/strata/checkpoints /var/lib/strata/secrets \
-        /var/lib/strata/agent-secrets /app \
+        /var/lib/strata/agent-secrets /var/lib/strata/agent /app \
     && chmod 755 /var/lib/strata/secrets \
-    && chmod 700 /var/lib/strata/agent-secrets \
+    && chmod 700 /var/lib/strata/agent-secrets /var/lib/strata/agent \
     && chown -R strata:strata /var/lib/strata
 # The agents' workspace: jobs' working_dir (.) resolves here, so `python examples/digits.py`
 # runs the examples that `strata submit examples/...` names.

@@ -88,12 +88,15 @@ def test_the_example_runs_across_two_agent_containers_on_postgres(
         assert not [name for name, value in cluster.secrets.items() if value in env], service
     for agent in AGENTS:
         assert cluster.project.exec(agent, "ls", "/var/lib/strata").split() == [
+            "agent",  # its state volume: the identity it presents in hello, kept across restarts
             "agent-secrets",
             "checkpoints",
             "data",
             "secrets",  # the image's empty mount point: no volume there
         ]
         assert cluster.project.exec(agent, "ls", "-A", "/var/lib/strata/secrets").split() == []
+        identity = cluster.project.exec(agent, "cat", "/var/lib/strata/agent/identity")
+        assert re.fullmatch(r"[0-9a-f]{32}\n?", identity), identity
         held = cluster.project.exec(agent, "cat", "/var/lib/strata/agent-secrets/agent-token")
         assert held.strip() == cluster.secrets["agent-token"]
 
