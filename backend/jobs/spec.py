@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agents.environment import TaskEnvironment
+from agents.memory_size import format_memory, parse_memory
 from agents.options import ExportOptions, StrategyOptions
 from agents.protocol import METRIC_NAME_PATTERN
 from agents.vocabulary import TRAINING_ROLES, Role, Strategy
@@ -26,6 +27,8 @@ ROLES: tuple[Role, ...] = tuple(Role)  # every role, in display order
 
 MAX_TASKS_PER_ROLE = 256
 MAX_GPUS_PER_TASK = 16
+MIN_TASK_MEMORY = 16 * 1024**2  # below this not even an interpreter starts
+MAX_TASK_MEMORY = 64 * 1024**4
 MAX_TASKS_PER_JOB = 512
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -73,6 +76,28 @@ def _relative_path(value: str, what: str, root: str) -> str:
 class ReplicaSpec(_Strict):
     count: Annotated[int, Field(ge=0, le=MAX_TASKS_PER_ROLE)] = 0
     gpus: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_TASK, description="GPUs per task.")] = 0
+    memory: str | None = Field(
+        default=None,
+        max_length=32,
+        description="Memory per task, all of its processes together (4GiB, 512MiB, 2GB); "
+        "a task over it is killed. Enforced where the agent has a memory cgroup.",
+    )
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            size = parse_memory(value)
+            if not MIN_TASK_MEMORY <= size <= MAX_TASK_MEMORY:
+                raise ValueError(
+                    f"memory must lie within {format_memory(MIN_TASK_MEMORY)} and "
+                    f"{format_memory(MAX_TASK_MEMORY)}, got {value!r}"
+                )
+        return value
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory is None else parse_memory(self.memory)
 
 
 class Replicas(_Strict):

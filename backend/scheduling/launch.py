@@ -93,4 +93,5 @@ def start_message(
         env={**spec.env, **told.to_env()},
         port=port,
         gpus=gpus,
+        memory_limit=spec.replicas.of(role).memory_bytes,
     )

@@ -12,6 +12,7 @@ import signal as signals
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agents.memory_size import format_memory
 from agents.vocabulary import Role, Strategy
 from backend.jobs.states import JobStatus, TaskStatus
 
@@ -23,9 +24,17 @@ class Outcome:
     reason: str
 
 
-def describe_exit(task: str, exit_code: int | None, signal: int | None, error: str | None) -> str:
+def describe_exit(
+    task: str,
+    exit_code: int | None,
+    signal: int | None,
+    error: str | None,
+    over_memory_limit: int | None = None,
+) -> str:
     if error is not None or exit_code is None:
         return f"{task} could not start: {error or 'unknown error'}"
+    if over_memory_limit is not None and exit_code != 0:
+        return f"{task} was killed: over its {format_memory(over_memory_limit)} memory limit"
     if signal:
         try:
             name = signals.Signals(signal).name
@@ -45,8 +54,9 @@ def judge_exit(
     error: str | None,
     job_status: JobStatus,
     sibling_statuses: Sequence[tuple[str, TaskStatus]],  # (role, status) of the other tasks
+    over_memory_limit: int | None = None,  # the task's own limit, when it was killed over it
 ) -> Outcome:
-    what = describe_exit(task, exit_code, signal, error)
+    what = describe_exit(task, exit_code, signal, error, over_memory_limit)
     if job_status.is_terminal:
         # The job is over and we are stopping its tasks: this is one of them going.
         return Outcome(TaskStatus.stopped, None, what)

@@ -21,13 +21,19 @@ BACKOFF_CEILING_SECONDS = 300.0
 
 
 def retryable(
-    *, policy: str, exit_code: int | None, error: str | None, host_lost: bool = False
+    *,
+    policy: str,
+    exit_code: int | None,
+    error: str | None,
+    host_lost: bool = False,
+    over_own_memory_limit: bool = False,
 ) -> bool:
     """Whether the spec's restart policy covers this failure.
 
     `exit_code` retries only infrastructure failures: a lost host, or death by a signal or
-    the OOM killer (exit codes ≥ 128). A task that could not be started at all (a missing
-    program, a bad working dir) fails the same way every time and is never retried.
+    the OOM killer (exit codes ≥ 128), but not a kill for going over the task's own memory
+    limit (the spec's, which it would go over again). A task that could not be started at all
+    (a missing program, a bad working dir) fails the same way every time and is never retried.
     """
     if policy == "never":
         return False
@@ -37,7 +43,7 @@ def retryable(
         return False
     if policy == "on_failure":
         return True
-    return exit_code >= 128
+    return exit_code >= 128 and not over_own_memory_limit
 
 
 @dataclass(frozen=True)

@@ -42,12 +42,18 @@ async def after_failure(
     reason: str,
     exit_code: int | None,
     error: str | None,
+    over_memory_limit: int | None = None,
 ) -> Decision:
     """Restart what the role rules say if the spec's policy allows it and restarts remain."""
     session = tx.session
     spec = JobSpec.model_validate(job.spec, strict=False)
     policy = spec.restart
-    if not retryable(policy=policy.policy, exit_code=exit_code, error=error):
+    if not retryable(
+        policy=policy.policy,
+        exit_code=exit_code,
+        error=error,
+        over_own_memory_limit=over_memory_limit is not None,
+    ):
         return Decision(False, reason)
     tasks = list(await session.scalars(select(Task).where(Task.job_id == job.id)))
     plan = plan_restart(job.strategy, failed.name, [t.name for t in tasks])

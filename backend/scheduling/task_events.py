@@ -171,6 +171,7 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
         error=exit.error,
         job_status=job.status,
         sibling_statuses=siblings,
+        over_memory_limit=exit.over_memory_limit,
     )
     task.status, task.exit_code, task.finished_at = outcome.task_status, exit.exit_code, utcnow()
     details: dict[str, object] = {
@@ -179,6 +180,7 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
         "exit_code": exit.exit_code,
         "signal": exit.signal,
         "refused": exit.refused,
+        "over_memory_limit": exit.over_memory_limit,
         "log_tail": exit.log_tail,
     }
     await record_event(
@@ -203,6 +205,7 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
             reason=outcome.reason,
             exit_code=exit.exit_code,
             error=exit.error,
+            over_memory_limit=exit.over_memory_limit,
         )
         if decision.restarted:
             return

@@ -93,6 +93,22 @@ def test_exits_after_the_job_ended_are_stops() -> None:
     )
 
 
+def test_a_kill_over_the_memory_limit_says_so() -> None:
+    outcome = judge_exit(
+        strategy="multi_worker_mirrored",
+        role=TaskName.parse("worker:1").role,
+        task="worker:1",
+        exit_code=137,
+        signal=9,
+        error=None,
+        job_status=JobStatus.running,
+        sibling_statuses=[("worker", R)],
+        over_memory_limit=4 * 1024**3,
+    )
+    assert outcome.reason == "worker:1 was killed: over its 4 GiB memory limit"
+    assert outcome.job_status is JobStatus.failed
+
+
 def test_describe_unknown_signal() -> None:
     assert (
         describe_exit("chief:0", 200, 72, None) == "chief:0 was killed by signal 72 (exit code 200)"

@@ -46,6 +46,11 @@ def test_policies(
     assert retryable(policy=policy, exit_code=exit_code, error=error, host_lost=lost) is expected
 
 
+def test_a_kill_over_the_tasks_own_memory_limit_is_no_infrastructure_failure() -> None:
+    assert not retryable(policy="exit_code", exit_code=137, error=None, over_own_memory_limit=True)
+    assert retryable(policy="on_failure", exit_code=137, error=None, over_own_memory_limit=True)
+
+
 def test_backoff_doubles_up_to_a_ceiling() -> None:
     assert [backoff_seconds(2, n) for n in range(4)] == [2, 4, 8, 16]
     assert backoff_seconds(2, 20) == 300

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agents.protocol import TaskKey
 from backend.errors import InvalidInput, UnsupportedMediaType
 from backend.jobs.spec import parse_spec_document, validate_spec
+from backend.scheduling.launch import start_message
 from tests.support.factories import make_spec
 
 
@@ -183,6 +186,30 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("env value not a string", {"env": {"BATCH": 64}}, "env.BATCH", "valid string"),
     ("priority out of range", {"priority": 1000}, "priority", "less than or equal to 100"),
     (
+        "memory without a size",
+        {
+            "replicas": {
+                "chief": {"count": 1},
+                "ps": {"count": 1},
+                "worker": {"count": 2, "memory": "lots"},
+            }
+        },
+        "replicas.worker.memory",
+        "not a memory size",
+    ),
+    (
+        "memory too small to start anything",
+        {
+            "replicas": {
+                "chief": {"count": 1},
+                "ps": {"count": 1},
+                "worker": {"count": 2, "memory": "1MiB"},
+            }
+        },
+        "replicas.worker.memory",
+        "must lie within 16 MiB and 64 TiB",
+    ),
+    (
         "every_epochs zero",
         {"checkpoint": {"every_epochs": 0}},
         "checkpoint.every_epochs",
@@ -203,6 +230,22 @@ def test_bad_spec_is_rejected_naming_the_field(
     fields = {issue.field: issue.message for issue in caught.value.issues}
     assert field in fields, f"expected an issue on {field!r}, got {fields}"
     assert words in fields[field]
+
+
+def test_a_tasks_memory_limit_travels_in_bytes_in_its_start_message(tmp_path: Path) -> None:
+    spec = validate_spec(make_spec("mirrored", replicas={"chief": {"count": 1, "memory": "4GiB"}}))
+    assert spec.replicas.chief.memory_bytes == 4 * 1024**3
+    assert spec.replicas.worker.memory_bytes is None
+    start = start_message(
+        spec=spec,
+        key=TaskKey(job_id=1, task="chief:0", attempt=0),
+        port=20000,
+        gpus=[],
+        tf_config={},
+        task_token="t",
+        checkpoint_root=tmp_path,
+    )
+    assert start.memory_limit == 4 * 1024**3
 
 
 @pytest.mark.parametrize("missing", ["name", "strategy", "entrypoint", "replicas"])

@@ -971,6 +971,11 @@ export interface components {
              * @default 0
              */
             gpus: number;
+            /**
+             * Memory
+             * @description Memory per task, all of its processes together (4GiB, 512MiB, 2GB); a task over it is killed. Enforced where the agent has a memory cgroup.
+             */
+            memory?: string | null;
         };
         /** Replicas */
         Replicas: {
