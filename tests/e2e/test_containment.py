@@ -89,3 +89,14 @@ def test_a_cancelled_job_leaves_none_of_its_workers_helpers(cluster: Cluster) ->
     assert answer.status_code == 200, answer.text
     cluster.wait_status(job["id"], "cancelled", timeout=30)
     wait_no_processes(job["id"], timeout=20)
+
+
+def test_a_task_over_its_memory_limit_is_killed_and_the_job_says_why(cluster: Cluster) -> None:
+    code = "print('allocating', flush=True)\ndata = b'x' * (512 << 20)\nprint('survived')\n"
+    job = cluster.submit(
+        spec("over-memory", code, replicas={"chief": {"count": 1, "memory": "64MiB"}})
+    )
+    done = cluster.wait_status(job["id"], "failed", timeout=60)
+    assert done["reason"] == "chief:0 was killed: over its 64 MiB memory limit", done["reason"]
+    assert "survived" not in cluster.logs(job["id"], "chief:0")
+    wait_no_processes(job["id"], timeout=10)
