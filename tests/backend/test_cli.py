@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
-from tests.support.processes import STRATA, strata_server
+from tests.support.processes import STRATA, stop, strata_server
 
 # Every command is a fresh `strata` process: too slow for `make check`.
 pytestmark = pytest.mark.slow
@@ -147,3 +148,58 @@ def test_tokens_are_created_listed_and_revoked(server_url: str) -> None:
 
     bad = strata("tokens", "create", "x", "--expires", "soon", url=server_url)
     assert bad.returncode == 2 and "expected a number and a unit" in bad.stderr
+
+
+def test_hosts_forget_releases_the_name_of_a_host_that_is_gone(
+    server_url: str, tmp_path: Path
+) -> None:
+    def start_agent(state_dir: Path) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                *STRATA,
+                "agent",
+                "--server",
+                server_url,
+                "--name",
+                "re-imaged",
+                "--gpus",
+                "1",
+                "--workspace",
+                str(tmp_path),
+                "--state-dir",
+                str(state_dir),
+            ],
+            env={**os.environ, "STRATA_AGENT_TOKEN": AGENT_TOKEN},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def listed() -> bool:
+        return " re-imaged " in strata("hosts", url=server_url).stdout
+
+    first = start_agent(tmp_path / "before")
+    try:
+        wait_until(listed)
+        connected = strata("hosts", "forget", "re-imaged", url=server_url)
+        assert connected.returncode == 1
+        assert "error (409)" in connected.stderr and "stop its agent first" in connected.stderr
+    finally:
+        stop(first)
+    # Gone (its host not yet noticed lost): forget frees the name for the re-imaged machine.
+    wait_until(lambda: strata("hosts", "forget", "re-imaged", url=server_url).returncode == 0)
+    assert not listed()
+    again = strata("hosts", "forget", "re-imaged", url=server_url)
+    assert again.returncode == 1 and "host re-imaged does not exist" in again.stderr
+    second = start_agent(tmp_path / "after")  # another identity: welcome, not refused
+    try:
+        wait_until(listed)
+        assert second.poll() is None
+    finally:
+        stop(second)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.3)

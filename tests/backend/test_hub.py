@@ -34,3 +34,29 @@ async def test_an_agent_that_does_not_read_is_closed(monkeypatch: pytest.MonkeyP
     await asyncio.sleep(0.05)
     assert sent == [True, True, True, False, False]
     assert socket.closed == (hub.TRY_AGAIN_LATER, "over 3 commands unread")
+
+
+class QuietSocket:
+    def __init__(self) -> None:
+        self.closed: tuple[int, str] | None = None
+
+    async def send_text(self, _text: str) -> None:
+        return None
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed = (code, reason)
+
+
+async def test_a_name_is_attached_to_one_identity_at_a_time() -> None:
+    agents = hub.AgentHub()
+    first = hub.AgentConnection("host-a", QuietSocket(), identity="first-identity-0000")  # type: ignore[arg-type]
+    assert agents.attach(first) is None
+    clone = hub.AgentConnection("host-a", QuietSocket(), identity="clone-identity-0000")  # type: ignore[arg-type]
+    with pytest.raises(hub.NameTaken) as taken:
+        agents.attach(clone)
+    assert taken.value.connected is first and agents.connection("host-a") is first
+    again = hub.AgentConnection("host-a", QuietSocket(), identity="first-identity-0000")  # type: ignore[arg-type]
+    assert agents.attach(again) is first  # the same agent, reconnected: it replaces
+    assert agents.connection("host-a") is again
+    for connection in (first, clone, again):
+        await connection.close()
