@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.host import cgroups
 from agents.protocol import TaskKey
 
 log = logging.getLogger(__name__)
 
 MARKER_ENV = "STRATA_CONTAINMENT"  # "<namespace>/<attempt>": which agent's attempt a process is
 PR_SET_CHILD_SUBREAPER = 36
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 KILL_POLL_SECONDS = 0.02
 
 
@@ -49,7 +49,6 @@ def attempt_name(key: TaskKey) -> str:
 @dataclass(frozen=True)
 class Usage:
     cpu_seconds: float | None = None
-    memory_bytes: int | None = None  # now
     memory_peak_bytes: int | None = None
 
 
@@ -213,32 +212,6 @@ def become_subreaper() -> bool:
     return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
 
 
-# --- cgroups ----------------------------------------------------------------------------------
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _read_pids(directory: Path) -> set[int]:
-    """Processes in a cgroup and in the cgroups under it (a task could make some, as root)."""
-    found: set[int] = set()
-    for current, _dirs, _files in os.walk(directory):
-        with contextlib.suppress(OSError):
-            found.update(int(line) for line in (Path(current) / "cgroup.procs").read_text().split())
-    return found
-
-
-def _remove_tree(directory: Path) -> None:
-    for current, _dirs, _files in os.walk(directory, topdown=False):
-        with contextlib.suppress(OSError):
-            os.rmdir(current)
-
-
 class CgroupContainment(Containment):
     """One cgroup per attempt in each hierarchy used: ``killer`` (v2 with cgroup.kill, or the
     v1 freezer) holds and ends the processes; ``memory`` (v2 or v1) gives limits and figures."""
@@ -267,137 +240,27 @@ class CgroupContainment(Containment):
                 os.close(fd)
 
     def procs(self) -> set[int]:
-        return {pid for pid in _read_pids(self.killer) if (_stat(pid) or ("X",))[0] != "Z"}
+        return {pid for pid in cgroups.read_pids(self.killer) if (_stat(pid) or ("X",))[0] != "Z"}
 
     def kill(self) -> None:
-        if not self.killer.exists():
-            return
-        if self.v2:
-            with contextlib.suppress(OSError):
-                _write(self.killer / "cgroup.kill", "1")
-            return
-        # v1: freeze so that nothing forks between reading the list and killing it.
-        state = self.killer / "freezer.state"
-        with contextlib.suppress(OSError):
-            _write(state, "FROZEN")
-            deadline = time.monotonic() + 1.0
-            while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
-                time.sleep(0.005)
-        for pid in _read_pids(self.killer):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            _write(state, "THAWED")
+        cgroups.kill_all(self.killer, self.v2)
 
     def remove(self) -> None:
         for path in self.joined:
-            _remove_tree(path)
+            cgroups.remove_tree(path)
 
     def limit_memory(self, limit: int) -> bool:
         if self.memory is None:
             return False
-        if (self.memory / "memory.max").exists():  # v2; no swapping past the limit either
-            _write(self.memory / "memory.max", str(limit))
-            with contextlib.suppress(OSError):
-                _write(self.memory / "memory.swap.max", "0")
-            return True
-        _write(self.memory / "memory.limit_in_bytes", str(limit))
-        with contextlib.suppress(OSError):  # only where swap accounting is on
-            _write(self.memory / "memory.memsw.limit_in_bytes", str(limit))
+        cgroups.limit_memory(self.memory, limit)
         return True
 
     def oom_kills(self) -> int:
-        if self.memory is None:
-            return 0
-        name = "memory.events" if (self.memory / "memory.max").exists() else "memory.oom_control"
-        with contextlib.suppress(OSError, ValueError):
-            for line in (self.memory / name).read_text().splitlines():
-                field, _, value = line.partition(" ")
-                if field == "oom_kill":
-                    return int(value)
-        return 0
+        return 0 if self.memory is None else cgroups.oom_kills(self.memory)
 
     def usage(self) -> Usage:
-        cpu = memory = peak = None
-        with contextlib.suppress(OSError, ValueError):
-            if self.v2:
-                stat = dict(
-                    line.split() for line in (self.killer / "cpu.stat").read_text().splitlines()
-                )
-                cpu = int(stat["usage_usec"]) / 1e6
-        if self.memory is not None:
-            with contextlib.suppress(OSError, ValueError):
-                if (self.memory / "memory.current").exists():
-                    memory = int((self.memory / "memory.current").read_text())
-                    peak_file = self.memory / "memory.peak"
-                    peak = int(peak_file.read_text()) if peak_file.exists() else None
-                else:
-                    memory = int((self.memory / "memory.usage_in_bytes").read_text())
-                    peak = int((self.memory / "memory.max_usage_in_bytes").read_text())
-        return Usage(cpu_seconds=cpu, memory_bytes=memory, memory_peak_bytes=peak)
-
-
-# --- the host, probed once --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Hierarchy:
-    mount: Path
-    own: Path  # this process's cgroup in it, as a directory
-
-
-def _hierarchies() -> tuple[_Hierarchy | None, dict[str, _Hierarchy]]:
-    """The cgroup2 hierarchy and the v1 ones by controller, each with this process's cgroup."""
-    mounts: dict[str, Path] = {}  # "" for cgroup2, else each v1 controller
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            before, _, after = line.partition(" - ")
-            fstype, _source, options = [*after.split(), "", "", ""][:3]
-            point = Path(before.split()[4])
-            if fstype == "cgroup2":
-                mounts.setdefault("", point)
-            elif fstype == "cgroup":
-                for option in options.split(","):
-                    mounts.setdefault(option, point)
-    v2 = None
-    v1: dict[str, _Hierarchy] = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            number, controllers, path = line.split(":", 2)
-            relative = path.lstrip("/")
-            if number == "0" and controllers == "" and "" in mounts:
-                v2 = _Hierarchy(mounts[""], mounts[""] / relative)
-            for controller in controllers.split(","):
-                if controller and controller in mounts:
-                    v1[controller] = _Hierarchy(mounts[controller], mounts[controller] / relative)
-    return v2, v1
-
-
-def _usable(base: Path, needs: str) -> bool:
-    """Whether this agent can make cgroups under ``base`` and move processes into them."""
-    probe = base / f"probe-{os.getpid()}"
-    try:
-        probe.mkdir(parents=True, exist_ok=True)
-        try:
-            return (probe / needs).exists() and os.access(probe / "cgroup.procs", os.W_OK)
-        finally:
-            probe.rmdir()
-    except OSError:
-        return False
-
-
-def _enable_v2_memory(own: Path, namespace: Path) -> bool:
-    """Give the namespace's cgroups the v2 memory controller, where this cgroup has it to give
-    (a cgroup that holds processes cannot, unless it is the root: the agent then needs a
-    delegated subtree of its own)."""
-    with contextlib.suppress(OSError):
-        if "memory" not in (own / "cgroup.controllers").read_text().split():
-            return False
-        for directory in (own, own / "strata", namespace):
-            if "memory" not in (directory / "cgroup.subtree_control").read_text().split():
-                _write(directory / "cgroup.subtree_control", "+memory")
-        return True
-    return False
+        peak = None if self.memory is None else cgroups.memory_peak(self.memory)
+        return Usage(cpu_seconds=cgroups.cpu_seconds(self.killer), memory_peak_bytes=peak)
 
 
 class Containments:
@@ -424,22 +287,23 @@ class Containments:
         return "cgroup2" if self.v2 else "cgroup1-freezer"
 
     @classmethod
-    def probe(cls, namespace: str, cgroups: bool = True, use_v2: bool = True) -> Containments:
+    def probe(cls, namespace: str, use_cgroups: bool = True, use_v2: bool = True) -> Containments:
         """cgroup v2 with cgroup.kill, else the v1 freezer; else the agent as subreaper.
-        (``cgroups=False`` and ``use_v2=False`` are for tests of the other paths.)"""
-        v2, v1 = _hierarchies() if cgroups else (None, {})
-        memory_hierarchy = v1.get("memory")
-        memory = memory_hierarchy.own / "strata" / namespace if memory_hierarchy else None
-        if memory is not None and not _usable(memory, "memory.limit_in_bytes"):
+        (``use_cgroups=False`` and ``use_v2=False`` are for tests of the other paths.)"""
+        v2, v1 = cgroups.hierarchies() if use_cgroups else (None, {})
+        memory = v1["memory"].own / "strata" / namespace if "memory" in v1 else None
+        if memory is not None and not cgroups.usable(memory, "memory.limit_in_bytes"):
             memory = None
-        if v2 is not None and use_v2 and _usable(v2.own / "strata" / namespace, "cgroup.kill"):
+        if v2 is not None and use_v2:
             killer = v2.own / "strata" / namespace
-            if memory is None and _enable_v2_memory(v2.own, killer):
-                memory = killer  # each attempt's own cgroup then has memory.max
-            return cls(namespace, killer, True, memory)
-        freezer = v1.get("freezer")
-        if freezer is not None and _usable(freezer.own / "strata" / namespace, "freezer.state"):
-            return cls(namespace, freezer.own / "strata" / namespace, False, memory)
+            if cgroups.usable(killer, "cgroup.kill"):
+                if memory is None and cgroups.enable_v2_memory(v2.own, killer):
+                    memory = killer  # each attempt's own cgroup then has memory.max
+                return cls(namespace, killer, True, memory)
+        if "freezer" in v1:
+            killer = v1["freezer"].own / "strata" / namespace
+            if cgroups.usable(killer, "freezer.state"):
+                return cls(namespace, killer, False, memory)
         return cls(namespace, subreaper=become_subreaper())
 
     def close(self) -> None:

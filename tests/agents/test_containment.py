@@ -110,14 +110,14 @@ async def test_the_v1_freezer_holds_and_ends_them_too() -> None:
 
 
 async def test_without_cgroups_the_agent_as_subreaper_ends_and_reaps_them() -> None:
-    containments = probe(cgroups=False)
+    containments = probe(use_cgroups=False)
     assert containments.kind == "subreaper"
     await run_escaping(containments, clean_env=False)
 
 
 @pytest.mark.parametrize("use_cgroups", [True, False], ids=["cgroup", "subreaper"])
 async def test_stop_kills_what_ignores_sigterm_outside_the_group(use_cgroups: bool) -> None:
-    containments = cgroups() if use_cgroups else probe(cgroups=False)
+    containments = cgroups() if use_cgroups else probe(use_cgroups=False)
     script = (
         "import signal, subprocess, sys, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -154,11 +154,11 @@ async def test_a_restarted_agent_ends_what_is_left_of_attempts_it_no_longer_runs
 
 
 async def test_a_restarted_agent_without_cgroups_finds_leftovers_by_their_marker() -> None:
-    containments = probe(cgroups=False)
+    containments = probe(use_cgroups=False)
     process = TaskProcess(KEY, lambda _key, _lines: None, containments.create(KEY))
     await process.spawn(command("import time; time.sleep(600)"), Path.cwd(), "http://x.test")
     await asyncio.sleep(0.3)  # the marker is in its environment once it has exec'd
-    again = Containments.probe(containments.namespace, cgroups=False)
+    again = Containments.probe(containments.namespace, use_cgroups=False)
     assert await again.end_leftovers() == ["job7-worker-1-a2"]
     exit = await asyncio.wait_for(process.wait(), timeout=15)
     assert exit.signal == signal.SIGKILL
@@ -192,7 +192,7 @@ async def test_a_task_within_its_memory_limit_is_not_reported_over_it() -> None:
 async def test_without_a_memory_cgroup_the_task_runs_and_its_log_says_the_limit_is_not_held() -> (
     None
 ):
-    containments = probe(cgroups=False)
+    containments = probe(use_cgroups=False)
     start = command("print('ran')").model_copy(update={"memory_limit": 64 << 20})
     seen: list[str] = []
     process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines), containments.create(KEY))
