@@ -32,6 +32,7 @@ from agents.protocol import (
 )
 from backend.app import create_app
 from backend.auth import Principal, TokenKind
+from backend.scheduling.controller import Controller
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
 from tests.support.factories import make_spec
 
@@ -356,3 +357,28 @@ def test_an_agent_without_an_identity_is_refused(client: TestClient) -> None:
     assert isinstance(refused, Refused)
     assert refused.reason == "this agent presented no identity (Hello.identity)"
     assert client.get("/hosts", headers=ADMIN).json() == []
+
+
+def test_a_clash_found_under_the_lock_refuses_the_hello_and_changes_nothing(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row is read again when the hello is applied: an agent that passed the first read
+    (another joined between the read and its hello) is refused there, detached at once."""
+    with client.websocket_connect("/agents/connect", headers=AGENT) as owner:
+        owner.send_text(hello())
+        assert isinstance(receive(owner), Welcome)
+
+    async def no_clash(_self: object, _hello: Hello) -> None:
+        return None
+
+    monkeypatch.setattr(Controller, "identity_clash", no_clash)
+    with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
+        clone.send_text(hello(identity=CLONE, address="10.9.9.9"))
+        refused = receive(clone)
+        with pytest.raises(WebSocketDisconnect) as closed:
+            clone.receive_text()
+    assert isinstance(refused, Refused) and closed.value.code == 1008
+    assert refused.reason.startswith("fake-host is online from 10.1.2.3 with another identity")
+    assert not client.app.state.hub.connected("fake-host")  # type: ignore[attr-defined]
+    (host,) = client.get("/hosts", headers=ADMIN).json()
+    assert host["address"] == "10.1.2.3"
