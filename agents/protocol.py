@@ -75,6 +75,9 @@ class TaskExit(_Message):
     # The task's memory limit in bytes, when the kernel killed a process of the attempt for
     # going over it (StartTask.memory_limit, enforced by the attempt's cgroup).
     over_memory_limit: int | None = Field(default=None, ge=1, le=MAX_INT64)
+    # What the attempt's processes used together, where its cgroup counts it.
+    cpu_seconds: float | None = Field(default=None, ge=0)
+    memory_peak_bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
 
 
 Port = Annotated[int, Field(ge=0, le=65535)]

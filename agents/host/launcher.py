@@ -231,6 +231,7 @@ class TaskProcess:
         assert code is not None
         self.containment.main_exited()
         over = self.memory_limit if self.memory_limit and self.containment.oom_kills() else None
+        usage = self.containment.usage()
         # The main process is the attempt: what it left behind goes with it, and the pipes
         # they held close with them. Output already written is still read.
         self.left_behind = await self.containment.end(within=END_SECONDS)
@@ -256,6 +257,8 @@ class TaskProcess:
             refused=self._read_refusal(),
             log_tail=list(self._tail),
             over_memory_limit=over,
+            cpu_seconds=usage.cpu_seconds,
+            memory_peak_bytes=usage.memory_peak_bytes,
         )
 
     def _read_refusal(self) -> str | None:

@@ -181,6 +181,8 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
         "signal": exit.signal,
         "refused": exit.refused,
         "over_memory_limit": exit.over_memory_limit,
+        "cpu_seconds": exit.cpu_seconds,
+        "memory_peak_bytes": exit.memory_peak_bytes,
         "log_tail": exit.log_tail,
     }
     await record_event(

@@ -187,6 +187,9 @@ async def test_a_task_within_its_memory_limit_is_not_reported_over_it() -> None:
     await process.spawn(start, Path.cwd(), "http://server.test")
     exit = await asyncio.wait_for(process.wait(), timeout=30)
     assert (exit.exit_code, exit.over_memory_limit) == (0, None)
+    # Its figures, from its cgroups: this machine kind counts CPU in v2, memory in v1.
+    assert exit.cpu_seconds is not None and exit.cpu_seconds > 0
+    assert exit.memory_peak_bytes is not None and exit.memory_peak_bytes > 8 << 20
 
 
 async def test_without_a_memory_cgroup_the_task_runs_and_its_log_says_the_limit_is_not_held() -> (

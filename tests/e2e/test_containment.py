@@ -99,4 +99,8 @@ def test_a_task_over_its_memory_limit_is_killed_and_the_job_says_why(cluster: Cl
     done = cluster.wait_status(job["id"], "failed", timeout=60)
     assert done["reason"] == "chief:0 was killed: over its 64 MiB memory limit", done["reason"]
     assert "survived" not in cluster.logs(job["id"], "chief:0")
+    # The attempt's figures from its cgroups come with its exit.
+    exited = next(e for e in cluster.events(job["id"]) if e["data"].get("over_memory_limit"))
+    assert exited["data"]["memory_peak_bytes"] >= 60 << 20, exited
+    assert exited["data"]["cpu_seconds"] > 0, exited
     wait_no_processes(job["id"], timeout=10)
