@@ -212,6 +212,19 @@ def become_subreaper() -> bool:
     return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
 
 
+def reap_orphans(keep: set[int]) -> int:
+    """Reap this process's zombie children but ``keep`` (main processes, which asyncio reaps):
+    orphans that came back to the subreaper and exited on their own. How many it reaped."""
+    me, reaped = os.getpid(), 0
+    for pid in _all_pids():
+        stat = None if pid in keep else _stat(pid)
+        if stat is not None and stat[0] == "Z" and stat[1] == me:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+                reaped += 1
+    return reaped
+
+
 class CgroupContainment(Containment):
     """One cgroup per attempt in each hierarchy used: ``killer`` (v2 with cgroup.kill, or the
     v1 freezer) holds and ends the processes; ``memory`` (v2 or v1) gives limits and figures."""

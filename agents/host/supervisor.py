@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.host.containment import Containments
+from agents.host.containment import Containments, reap_orphans
 from agents.host.launcher import LaunchError, TaskProcess
 from agents.protocol import (
     MAX_LOG_BATCH,
@@ -94,6 +94,7 @@ class Supervisor:
         self._send = send
         self._tasks: dict[TaskKey, TaskProcess] = {}
         self._watchers: set[asyncio.Task[None]] = set()
+        self._spawning = 0  # starts under way: their main pids are not known yet
         self._logs: dict[TaskKey, LogBuffer] = {}
         self.finished: OrderedDict[TaskKey, TaskExit] = OrderedDict()
 
@@ -112,6 +113,7 @@ class Supervisor:
             self._finish(TaskExit(key=key, exit_code=None, error=f"cannot contain the task: {exc}"))
             return
         process = TaskProcess(key, self._collect_lines, containment)
+        self._spawning += 1
         try:
             await process.spawn(command, self.workspace, self.server_url, ca_file=self.ca_file)
         except LaunchError as exc:
@@ -119,6 +121,8 @@ class Supervisor:
             await process.containment.end(within=1)  # nothing runs there: remove its cgroups
             self._finish(TaskExit(key=key, exit_code=None, error=str(exc)))
             return
+        finally:
+            self._spawning -= 1
         self._tasks[key] = process
         log.info(
             "started %s of job %s (attempt %s, pid %s)",
@@ -151,6 +155,8 @@ class Supervisor:
             "%s of job %s exited: code %s", process.key.task, process.key.job_id, exit.exit_code
         )
         self._finish(exit)
+        if self.containments is not None and self.containments.subreaper and not self._spawning:
+            reap_orphans(keep={task.pid for task in self._tasks.values()})
 
     def _finish(self, exit: TaskExit) -> None:
         self.flush_logs(exit.key)  # the last lines travel before the exit

@@ -4,6 +4,8 @@ cleared environments still end with their attempt, by cgroup here and by subreap
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import time
 import uuid
@@ -14,7 +16,8 @@ import pytest
 
 from agents.host.containment import CgroupContainment, Containments
 from agents.host.launcher import TaskProcess
-from agents.protocol import StartTask, TaskKey
+from agents.host.supervisor import Supervisor
+from agents.protocol import AgentMessage, StartTask, TaskExited, TaskKey
 from tests.support.strict import missing_dependency
 
 KEY = TaskKey(job_id=7, task="worker:1", attempt=2)
@@ -203,3 +206,36 @@ async def test_without_a_memory_cgroup_the_task_runs_and_its_log_says_the_limit_
     exit = await asyncio.wait_for(process.wait(), timeout=30)
     assert exit.exit_code == 0
     assert "cannot enforce the memory limit of 64 MiB" in seen[0] and seen[-1] == "ran"
+
+
+def zombie_children() -> list[int]:
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                fields = stat[stat.rfind(")") + 2 :].split()
+                if fields[0] == "Z" and int(fields[1]) == me:
+                    found.append(int(entry.name))
+    return found
+
+
+async def test_the_subreaper_agent_reaps_the_orphans_that_came_back_to_it() -> None:
+    sent: list[AgentMessage] = []
+
+    def send(message: AgentMessage) -> bool:
+        sent.append(message)
+        return True
+
+    containments = probe(use_cgroups=False)
+    supervisor = Supervisor(Path.cwd(), "http://server.test", send, containments=containments)
+    await supervisor.start(command(escaping(clean_env=False)))
+    for _ in range(300):
+        if any(isinstance(m, TaskExited) for m in sent):
+            break
+        await asyncio.sleep(0.05)
+    exited = next(m for m in sent if isinstance(m, TaskExited))
+    assert exited.exit.exit_code == 0
+    # The double fork's middle process exited unwaited: it came back to the agent as a zombie.
+    assert zombie_children() == []
