@@ -92,13 +92,11 @@ class Containment:
         """Kill until nothing of the attempt is left; the pids still alive after ``within``
         seconds (none when it ended). Then the attempt's traces on the host are removed."""
         deadline = time.monotonic() + within
-        while True:
+        while (left := self.procs()) and time.monotonic() < deadline:
             self.kill()
             await asyncio.sleep(KILL_POLL_SECONDS)
             self.reap()
-            left = self.procs()
-            if not left or time.monotonic() > deadline:
-                break
+        self.reap()  # those that died of the last kill
         if not left:
             self.remove()
         return left
