@@ -54,7 +54,7 @@ def assert_succeeds_quickly_and_leaves_nothing(cluster: Cluster, code: str) -> N
     done = cluster.wait_status(job["id"], "succeeded", timeout=60)
     # From submission: placing and starting takes a moment, the exit itself no more than that.
     assert time.monotonic() - started < 20, done
-    wait_no_processes(job["id"], timeout=10)
+    wait_no_processes(job["id"], timeout=10, server=cluster.url)
 
 
 def test_a_helper_in_a_new_session_that_keeps_stdout_neither_holds_nor_outlives_the_job(
@@ -84,11 +84,11 @@ def test_a_cancelled_job_leaves_none_of_its_workers_helpers(cluster: Cluster) ->
         "helpers started",
     )
     # Each worker: its main process, the helper and the daemon.
-    assert len(job_processes(job["id"])) >= 6
+    assert len(job_processes(job["id"], cluster.url)) >= 6
     answer = cluster.http.post(f"/jobs/{job['id']}/cancel")
     assert answer.status_code == 200, answer.text
     cluster.wait_status(job["id"], "cancelled", timeout=30)
-    wait_no_processes(job["id"], timeout=20)
+    wait_no_processes(job["id"], timeout=20, server=cluster.url)
 
 
 def test_a_task_over_its_memory_limit_is_killed_and_the_job_says_why(cluster: Cluster) -> None:
@@ -103,4 +103,22 @@ def test_a_task_over_its_memory_limit_is_killed_and_the_job_says_why(cluster: Cl
     exited = next(e for e in cluster.events(job["id"]) if e["data"].get("over_memory_limit"))
     assert exited["data"]["memory_peak_bytes"] >= 60 << 20, exited
     assert exited["data"]["cpu_seconds"] > 0, exited
-    wait_no_processes(job["id"], timeout=10)
+    wait_no_processes(job["id"], timeout=10, server=cluster.url)
+
+
+def test_a_restarted_agent_ends_the_helpers_its_killed_predecessor_left(cluster: Cluster) -> None:
+    # An agent of its own, with more GPUs than the others, so that the job lands on it.
+    agent = cluster.start_agent("contain-0", gpus=4, ports="20600-20699")
+    cluster.wait_host("contain-0", "online")
+    code = HELPER + DAEMON + "print('helpers up', flush=True)\ntime.sleep(600)\n"
+    job = cluster.submit(spec("orphans", code, replicas={"chief": {"count": 1, "gpus": 3}}))
+    cluster.wait_for(
+        job["id"], lambda j: "helpers up" in cluster.logs(j["id"], "chief:0"), 60, "helpers up"
+    )
+    agent.kill()  # no time to stop anything: the main process dies with it (PDEATHSIG)
+    agent.wait()
+    time.sleep(1)
+    assert job_processes(job["id"], cluster.url), "the helpers should outlive a killed agent"
+    cluster.start_agent("contain-0", gpus=4, ports="20600-20699")  # same name, same state dir
+    cluster.wait_host("contain-0", "online")
+    wait_no_processes(job["id"], timeout=10, server=cluster.url)

@@ -125,9 +125,12 @@ class Cluster:
         raise AssertionError(f"host {name} not {status} within {timeout}s")
 
 
-def job_processes(job_id: int) -> list[int]:
-    """Pids of live processes started for a job: the agent tags each with STRATA_JOB_ID."""
-    marker = f"STRATA_JOB_ID={job_id}".encode()
+def job_processes(job_id: int, server: str | None = None) -> list[int]:
+    """Pids of live processes started for a job: the agent tags each with STRATA_JOB_ID (and
+    STRATA_SERVER: given the cluster's URL, another cluster's job of that id is left out)."""
+    markers = [f"STRATA_JOB_ID={job_id}".encode()]
+    if server is not None:
+        markers.append(f"STRATA_SERVER={server}".encode())
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -135,18 +138,19 @@ def job_processes(job_id: int) -> list[int]:
         with contextlib.suppress(OSError):
             environ = (entry / "environ").read_bytes().split(b"\0")
             status = (entry / "status").read_text()
-            if marker in environ and "State:\tZ" not in status:
+            if all(m in environ for m in markers) and "State:\tZ" not in status:
                 found.append(int(entry.name))
     return found
 
 
-def wait_no_processes(job_id: int, timeout: float = 30) -> None:
+def wait_no_processes(job_id: int, timeout: float = 30, server: str | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not job_processes(job_id):
+        if not job_processes(job_id, server):
             return
         time.sleep(0.3)
-    raise AssertionError(f"processes of job {job_id} still alive: {job_processes(job_id)}")
+    left = job_processes(job_id, server)
+    raise AssertionError(f"processes of job {job_id} still alive: {left}")
 
 
 @contextlib.contextmanager
