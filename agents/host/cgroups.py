@@ -46,14 +46,19 @@ def hierarchies() -> tuple[Hierarchy | None, dict[str, Hierarchy]]:
     return v2, v1
 
 
-def usable(base: Path, needs: str) -> bool:
+def usable(own: Path, base: Path, needs: str) -> bool:
     """Whether this process can make cgroups under ``base`` (which it makes) that have the
-    file ``needs``, and move processes into them."""
+    file ``needs``, and move processes from its own cgroup ``own`` into them (which takes
+    write access to both ends' cgroup.procs)."""
     probe = base / f"probe-{os.getpid()}"
     try:
         probe.mkdir(parents=True, exist_ok=True)
         try:
-            return (probe / needs).exists() and os.access(probe / "cgroup.procs", os.W_OK)
+            return (
+                (probe / needs).exists()
+                and os.access(probe / "cgroup.procs", os.W_OK)
+                and os.access(own / "cgroup.procs", os.W_OK)
+            )
         finally:
             probe.rmdir()
     except OSError:

@@ -303,17 +303,19 @@ class Containments:
         (``use_cgroups=False`` and ``use_v2=False`` are for tests of the other paths.)"""
         v2, v1 = cgroups.hierarchies() if use_cgroups else (None, {})
         memory = v1["memory"].own / "strata" / namespace if "memory" in v1 else None
-        if memory is not None and not cgroups.usable(memory, "memory.limit_in_bytes"):
+        if memory is not None and not cgroups.usable(
+            v1["memory"].own, memory, "memory.limit_in_bytes"
+        ):
             memory = None
         if v2 is not None and use_v2:
             killer = v2.own / "strata" / namespace
-            if cgroups.usable(killer, "cgroup.kill"):
+            if cgroups.usable(v2.own, killer, "cgroup.kill"):
                 if memory is None and cgroups.enable_v2_memory(v2.own, killer):
                     memory = killer  # each attempt's own cgroup then has memory.max
                 return cls(namespace, killer, True, memory)
         if "freezer" in v1:
             killer = v1["freezer"].own / "strata" / namespace
-            if cgroups.usable(killer, "freezer.state"):
+            if cgroups.usable(v1["freezer"].own, killer, "freezer.state"):
                 return cls(namespace, killer, False, memory)
         return cls(namespace, subreaper=become_subreaper())
 

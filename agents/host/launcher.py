@@ -193,8 +193,11 @@ class TaskProcess:
             )
         except (OSError, subprocess.SubprocessError) as exc:
             self._termination_file.unlink(missing_ok=True)
-            reason = exc.strerror if isinstance(exc, OSError) else None
-            raise LaunchError(f"cannot run {command.argv[0]!r}: {reason or exc}") from exc
+            if not isinstance(exc, OSError):  # preexec failed: the child could not join
+                raise LaunchError(
+                    f"cannot run {command.argv[0]!r} in its {self.containment.kind} containment"
+                ) from exc
+            raise LaunchError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from exc
         self.containment.attach(self._transport.get_pid())
 
     def _limit_memory(self, limit: int | None) -> None:

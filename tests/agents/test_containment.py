@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agents.host.containment import CgroupContainment, Containments
-from agents.host.launcher import TaskProcess
+from agents.host.launcher import LaunchError, TaskProcess
 from agents.host.supervisor import Supervisor
 from agents.protocol import AgentMessage, StartTask, TaskExited, TaskKey
 from tests.support.strict import missing_dependency
@@ -239,3 +239,11 @@ async def test_the_subreaper_agent_reaps_the_orphans_that_came_back_to_it() -> N
     assert exited.exit.exit_code == 0
     # The double fork's middle process exited unwaited: it came back to the agent as a zombie.
     assert zombie_children() == []
+
+
+async def test_a_task_that_cannot_join_its_cgroup_does_not_start() -> None:
+    containment = cgroups().create(KEY)
+    containment.remove()  # gone before the child could join it
+    process = TaskProcess(KEY, lambda _key, _lines: None, containment)
+    with pytest.raises(LaunchError, match="cannot run 'python' in its cgroup2 containment"):
+        await process.spawn(command("print('never')"), Path.cwd(), "http://server.test")
