@@ -23,6 +23,7 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/jobs/1/checkpoint"),
     ("POST", "/jobs/1/evaluator"),
     ("GET", "/hosts"),
+    ("DELETE", "/hosts/local-0"),
     ("GET", "/cluster"),
     ("POST", "/tokens"),
     ("GET", "/tokens"),
@@ -43,6 +44,7 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
         (
             m,
             p.replace("/tokens/1", "/tokens/{token_id}")
+            .replace("/hosts/local-0", "/hosts/{name}")
             .replace("/1", "/{job_id}")
             .replace("chief:0", "{task}"),
         )
