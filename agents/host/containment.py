@@ -36,8 +36,9 @@ KILL_POLL_SECONDS = 0.02
 
 
 def namespace_for(name: str, server_url: str) -> str:
-    """This agent's own part of the host: its name and its server (two agents of one name on
-    one host and one server are refused by the server)."""
+    """This agent's own part of the host, from `name` (the agent passes its identity and its
+    name) and its server: a second agent under the same name, refused by the server, never
+    takes the first one's attempts for its own leftovers."""
     digest = hashlib.sha256(server_url.encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)[:64]}-{digest}"
 
