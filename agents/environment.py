@@ -75,6 +75,9 @@ class TaskEnvironment(BaseModel):
     # Where the runtime writes why it stopped the task for good (see agents.runtime.refusal);
     # the agent sets it per attempt and reads it back when the process exits.
     termination_file: _Text = Field(default=None, alias="STRATA_TERMINATION_FILE")
+    # "<agent namespace>/<attempt>": how an agent without cgroups finds an attempt's processes
+    # (agents.host.containment), and how a restarted one finds what its predecessor left.
+    containment: _Text = Field(default=None, alias="STRATA_CONTAINMENT")
 
     @staticmethod
     def device_list(gpus: Iterable[int]) -> str:

@@ -25,12 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.environment import TaskEnvironment
 from agents.host import cgroups
 from agents.protocol import TaskKey
 
 log = logging.getLogger(__name__)
 
-MARKER_ENV = "STRATA_CONTAINMENT"  # "<namespace>/<attempt>": which agent's attempt a process is
+MARKER_ENV = TaskEnvironment.variable("containment")  # which agent's attempt a process is
 PR_SET_CHILD_SUBREAPER = 36
 KILL_POLL_SECONDS = 0.02
 
