@@ -46,15 +46,31 @@ def channel_url(server_url: str) -> str:
 
 
 class Backoff:
-    """Exponential backoff with full jitter, so that many agents do not reconnect in step."""
+    """Exponential backoff with full jitter, so that many agents do not reconnect in step.
 
-    def __init__(self, initial: float = 0.5, ceiling: float = 10.0) -> None:
-        self.initial, self.ceiling, self.attempts = initial, ceiling, 0
+    Attempt n waits a time drawn uniformly from [floor, min(ceiling, initial * 2**n)]: the
+    whole window, not its upper half, so that agents cut off together (a server restart)
+    spread their reconnects over all of it. The floor keeps a failing connect from looping
+    without a pause; drawing from above it, rather than raising short draws to it, keeps
+    the agents from meeting at the floor.
+    """
+
+    def __init__(
+        self,
+        initial: float = 0.5,
+        ceiling: float = 10.0,
+        floor: float = 0.1,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial, self.ceiling, self.floor, self.attempts = initial, ceiling, floor, 0
+        self._rng = rng or random.Random()
 
     def next(self) -> float:
-        delay = min(self.ceiling, self.initial * 2**self.attempts)
+        # The exponent stops growing once the window is at the ceiling: 2**n for a large n
+        # would not fit a float (an agent cut off for hours would die of OverflowError).
+        window = self.initial * 2 ** min(self.attempts, 64)
         self.attempts += 1
-        return random.uniform(delay / 2, delay)
+        return self._rng.uniform(self.floor, max(self.floor, min(self.ceiling, window)))
 
     def reset(self) -> None:
         self.attempts = 0
