@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from backend.api import (
     agent_channel,
     checkpoints,
+    code,
     evaluator,
     health,
     hosts,
@@ -27,6 +28,7 @@ from backend.api import (
 from backend.api.body import BodyLimit
 from backend.api.ui import mount_dashboard
 from backend.auth import TokenKind, TokenRegistry
+from backend.code.store import CodeStore
 from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.errors import install_error_handlers
@@ -117,12 +119,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
     )
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)  # every HTTP body
+    app.state.code = CodeStore(settings.data_dir / "code", settings.max_code_bytes)
+    # Every HTTP body, and code bundles by their own limit.
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_request_bytes,
+        larger=(("PUT", "/code/", settings.max_code_bytes),),
+    )
     for router in (
         health.router,
         jobs.router,
         tasks.router,
         checkpoints.router,
+        code.router,
         evaluator.router,
         metrics.router,
         hosts.router,

@@ -10,7 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
-from agents.protocol import MAX_LOG_LINE, MAX_POINTS_PER_BATCH
+from agents.protocol import MAX_LOG_LINE, MAX_LOG_LINE_CEILING, MAX_POINTS_PER_BATCH
 
 DEFAULT_DATA_DIR = Path.home() / ".strata"
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]  # uvicorn's names
@@ -55,6 +55,12 @@ class Settings(BaseSettings):
     reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")
     log_bytes_per_task: int = Field(default=64 << 20, gt=0, description="Cap per task attempt.")
     max_request_bytes: int = Field(default=1 << 20, gt=0)
+    max_code_bytes: int = Field(
+        default=256 << 20,
+        gt=0,
+        description="The largest code bundle PUT /code/{sha256} takes (its own limit, "
+        "instead of max_request_bytes).",
+    )
     # Websocket limits (docs/reference/limits.md). Frame sizes count characters of a
     # text frame; uvicorn refuses any frame over 16 MiB before these are looked at.
     agent_frame_bytes: int = Field(
@@ -116,7 +122,9 @@ class Settings(BaseSettings):
     max_log_line_chars: int = Field(
         default=MAX_LOG_LINE,
         ge=256,
-        description="Longer log lines from agents are cut, with a marker saying by how much.",
+        le=MAX_LOG_LINE_CEILING,
+        description="Longer log lines from agents are cut, with a marker saying by how much; "
+        "the server tells its agents (welcome), which cut their tasks' lines there.",
     )
     max_metric_batch_points: int = Field(
         default=MAX_POINTS_PER_BATCH,

@@ -98,6 +98,7 @@ class InvalidInputBody(BaseModel):
 
 
 _ERROR_DESCRIPTIONS = {
+    400: "The request cannot be taken as it is (the message names the problem).",
     401: "No bearer token, or one the server does not know.",
     403: "The token is of a kind this endpoint does not admit.",
     404: "What the path names (a job, its task, attempt or checkpoint, a host, a token) does "

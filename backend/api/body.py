@@ -3,7 +3,8 @@
 BodyLimit, a middleware create_app installs, answers 413 for a body over the limit on any HTTP
 route: at once when its Content-Length says so, and as soon as the bytes received pass the limit
 when it is chunked. A route therefore never holds more than the limit of a body, whether it
-reads the body itself or lets FastAPI parse it into a model. Websockets pass untouched: their
+reads the body itself or lets FastAPI parse it into a model. A route may be given a larger limit
+of its own (PUT /code/{sha256}, by STRATA_MAX_CODE_BYTES). Websockets pass untouched: their
 frames have their own limits.
 
 An answer sent while the client is still sending its body is easily lost. When the connection
@@ -37,23 +38,32 @@ class BodyLimit:
     """Refuses an HTTP request whose body is over `limit` bytes with a 413, before the route
     has read more than `limit` bytes of it; the rest of the body is read and dropped first."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int, larger: tuple[tuple[str, str, int], ...] = ()
+    ) -> None:
         self.app = app
-        self.limit = limit
+        self.default_limit = limit
+        # (method, path prefix, limit): the routes that take bigger bodies (code bundles).
+        self.larger = larger
+
+    def limit_for(self, scope: Scope) -> int:
+        for method, prefix, limit in self.larger:
+            if scope.get("method") == method and str(scope.get("path", "")).startswith(prefix):
+                return limit
+        return self.default_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limit_for(scope)
         headers = Headers(scope=scope)
         declared = declared_length(headers)
-        if declared is not None and declared > self.limit:
+        if declared is not None and declared > limit:
             # A client waiting for "100 Continue" has sent nothing yet and will not until told.
             if declared <= DRAIN_BYTES and not expects_continue(headers):
                 await discard(Request(scope, receive).stream(), DRAIN_BYTES)
-            refusal = PayloadTooLarge(
-                f"request body is {declared} bytes; the limit is {self.limit}"
-            )
+            refusal = PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}")
             await error_response(refusal)(scope, receive, send)
             return
 
@@ -68,13 +78,13 @@ class BodyLimit:
             if message["type"] != "http.request":
                 return message
             received += len(message.get("body", b""))
-            if received <= self.limit:
+            if received <= limit:
                 return message
             if not started:  # an answer begun cannot become a 413: the route is only cut off
                 if message.get("more_body", False):
                     await discard(Request(scope, receive).stream(), DRAIN_BYTES - received)
                 refused = True
-                refusal = PayloadTooLarge(f"request body is over the limit of {self.limit} bytes")
+                refusal = PayloadTooLarge(f"request body is over the limit of {limit} bytes")
                 await error_response(refusal)(scope, receive, send)
             # For the route the request ends here, as if the client had gone.
             raise ClientDisconnect

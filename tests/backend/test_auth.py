@@ -8,6 +8,7 @@ from pydantic import SecretStr
 from backend.auth import Principal, TokenKind, TokenRegistry
 from tests.conftest import AGENT_TOKEN, Api
 
+SHA = "0" * 64
 # Every REST route, with a body that would be valid for it.
 ROUTES: list[tuple[str, str]] = [
     ("POST", "/jobs"),
@@ -29,7 +30,10 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/tokens"),
     ("DELETE", "/tokens/1"),
     ("GET", "/tokens/self"),
+    ("PUT", f"/code/{SHA}"),
 ]
+# Routes that agents may call too (they fetch code bundles).
+AGENT_ROUTES: list[tuple[str, str]] = [("GET", f"/code/{SHA}")]
 
 
 async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
@@ -46,9 +50,10 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
             p.replace("/tokens/1", "/tokens/{token_id}")
             .replace("/hosts/local-0", "/hosts/{name}")
             .replace("/1", "/{job_id}")
-            .replace("chief:0", "{task}"),
+            .replace("chief:0", "{task}")
+            .replace(SHA, "{sha256}"),
         )
-        for m, p in ROUTES
+        for m, p in [*ROUTES, *AGENT_ROUTES, ("HEAD", f"/code/{SHA}")]
     }
     assert documented == templated
     for path, operations in schema["paths"].items():
@@ -56,7 +61,7 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
             assert (operation.get("security") is None) == (path == "/healthz"), path
 
 
-@pytest.mark.parametrize(("method", "path"), ROUTES)
+@pytest.mark.parametrize(("method", "path"), ROUTES + AGENT_ROUTES)
 async def test_no_token_is_401(api: Api, method: str, path: str) -> None:
     response = await api.http.request(method, path, headers={"Authorization": ""})
     assert response.status_code == 401
@@ -64,7 +69,7 @@ async def test_no_token_is_401(api: Api, method: str, path: str) -> None:
     assert "missing bearer token" in response.json()["detail"]
 
 
-@pytest.mark.parametrize(("method", "path"), ROUTES)
+@pytest.mark.parametrize(("method", "path"), ROUTES + AGENT_ROUTES)
 async def test_wrong_token_is_401(api: Api, method: str, path: str) -> None:
     response = await api.http.request(
         method, path, headers={"Authorization": "Bearer not-a-real-token"}
@@ -81,6 +86,17 @@ async def test_agent_token_is_403(api: Api, method: str, path: str) -> None:
     assert response.status_code == 403
     assert "needs a token of kind admin" in response.json()["detail"]
     assert "kind agent was given" in response.json()["detail"]
+
+
+async def test_code_bundles_can_be_asked_for_with_an_agent_token_only_with_a_token(
+    api: Api,
+) -> None:
+    for method in ("HEAD", "GET"):
+        response = await api.http.request(
+            method, f"/code/{SHA}", headers={"Authorization": f"Bearer {AGENT_TOKEN}"}
+        )
+        assert response.status_code == 404, method
+    assert (await api.http.head(f"/code/{SHA}", headers={"Authorization": ""})).status_code == 401
 
 
 async def test_basic_scheme_is_not_a_bearer_token(api: Api) -> None:

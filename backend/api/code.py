@@ -1,0 +1,83 @@
+"""Code bundles: upload (admin), and fetch (agents) by SHA-256."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi.responses import FileResponse
+from pydantic import BaseModel
+
+from backend.api.body import declared_length
+from backend.api.deps import AdminPrincipal, app_state, require
+from backend.auth import Principal, TokenKind
+from backend.code.store import CodeStore
+from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
+
+router = APIRouter(
+    prefix="/code", tags=["code"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
+)
+
+# The header HEAD answers with, so that a client learns the limit before it uploads.
+LIMIT_HEADER = "Strata-Max-Code-Bytes"
+Digest = Annotated[str, Path(description="The bundle's SHA-256: 64 lowercase hex characters.")]
+FetcherPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.agent))]
+
+
+def get_code_store(request: Request) -> CodeStore:
+    return app_state(request, "code", CodeStore)
+
+
+CodeStoreDep = Annotated[CodeStore, Depends(get_code_store)]
+
+
+class CodeBundleRead(BaseModel):
+    sha256: str
+    size: int
+
+
+@router.put(
+    "/{sha256}",
+    response_model=CodeBundleRead,
+    status_code=201,
+    responses=error_responses(400, 413) | {200: {"description": "The bundle was already stored."}},
+)
+async def put_code(
+    sha256: Digest, request: Request, response: Response, store: CodeStoreDep, _: AdminPrincipal
+) -> CodeBundleRead:
+    """Store a code bundle (a tar) under its SHA-256; idempotent (200 when already stored)."""
+    store.path(sha256)  # a bad digest is refused before any byte is read
+    stored = await store.receive(sha256, request.stream(), declared_length(request.headers))
+    if not stored.created:
+        response.status_code = 200
+    return CodeBundleRead(sha256=stored.sha256, size=stored.size)
+
+
+@router.head(
+    "/{sha256}",
+    responses=error_responses(400)
+    | {
+        200: {"description": "The bundle is stored; Content-Length is its size."},
+        404: {"description": "No such bundle."},
+    },
+)
+async def head_code(sha256: Digest, store: CodeStoreDep, _: FetcherPrincipal) -> Response:
+    """Whether a bundle is stored; both answers carry the upload limit in
+    Strata-Max-Code-Bytes."""
+    size = store.size(sha256)
+    headers = {LIMIT_HEADER: str(store.max_bytes)}
+    if size is None:
+        return Response(status_code=404, headers=headers)
+    return Response(status_code=200, headers=headers | {"Content-Length": str(size)})
+
+
+@router.get(
+    "/{sha256}",
+    response_class=FileResponse,
+    responses=error_responses(400, 404) | {200: {"content": {"application/x-tar": {}}}},
+)
+async def get_code(sha256: Digest, store: CodeStoreDep, _: FetcherPrincipal) -> FileResponse:
+    """The bundle's bytes (a tar), for agents."""
+    if store.size(sha256) is None:
+        raise NotFound(f"no code bundle {sha256}")
+    return FileResponse(store.path(sha256), media_type="application/x-tar")
