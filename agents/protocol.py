@@ -9,12 +9,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from agents.vocabulary import TaskNameText
 
 PROTOCOL_VERSION = 3  # 2: TaskExit.refused; 3: Hello.identity (one name, one host)
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
+# The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
+# exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
+MAX_LOG_LINE_CEILING = 65_536
 MAX_LOG_BATCH = 1_000  # lines per task_logs message
 MAX_LOG_BATCH_CHARS = 512 * 1024  # characters of lines per task_logs message (one line more)
 MAX_TASKS_LISTED = 10_000  # attempts in one hello or heartbeat
@@ -142,6 +152,17 @@ agent_message = TypeAdapter[AgentMessage](AgentMessage)
 class Welcome(_Message):
     type: Literal["welcome"] = "welcome"
     heartbeat_seconds: float
+    # The server's STRATA_MAX_LOG_LINE_CHARS: the agent cuts its tasks' lines there.
+    max_log_line_chars: int = Field(default=MAX_LOG_LINE, ge=256, le=MAX_LOG_LINE_CEILING)
+
+    @model_serializer(mode="wrap")
+    def _omit_default_line_limit(self, handler: SerializerFunctionWrapHandler) -> object:
+        # Left out at its default, so that an agent of the same protocol that predates the
+        # field (its models forbid unknown fields) still reads the welcome.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("max_log_line_chars") == MAX_LOG_LINE:
+            del data["max_log_line_chars"]
+        return data
 
 
 class StartTask(_Message):

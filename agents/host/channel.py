@@ -89,7 +89,7 @@ class Channel:
         flush_logs: Callable[[], None],
         heartbeat: Callable[[], Heartbeat],
         on_logs_ack: Callable[[LogsAck], None],
-        on_connected: Callable[[], None],
+        on_connected: Callable[[Welcome], None],
         ca_file: str | None = None,
     ) -> None:
         self.url = channel_url(server_url)
@@ -150,7 +150,7 @@ class Channel:
         if not isinstance(first, Welcome):
             raise ChannelError(f"expected welcome, got {first.type}")
         backoff.reset()
-        self._on_connected()
+        self._on_connected(first)
         self._outbox = asyncio.Queue()
         self.connected.set()
         log.info("connected to %s", self.url)

@@ -25,7 +25,7 @@ from agents.host.containment import (
 )
 from agents.host.lines import LineSplitter
 from agents.memory_size import format_memory
-from agents.protocol import StartTask, TaskExit, TaskKey
+from agents.protocol import MAX_LOG_LINE, StartTask, TaskExit, TaskKey
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,14 @@ class TaskProcess:
         key: TaskKey,
         on_lines: Callable[[TaskKey, list[str]], None],
         containment: Containment | None = None,
+        line_limit: int = MAX_LOG_LINE,
     ) -> None:
         self.key = key
         self._on_lines = on_lines
         self._tail: deque[str] = deque(maxlen=TAIL_LINES)
         self._transport: asyncio.SubprocessTransport | None = None
         self._protocol: _Protocol | None = None
-        self._splitters = {1: LineSplitter(), 2: LineSplitter()}
+        self._splitters = {1: LineSplitter(line_limit), 2: LineSplitter(line_limit)}
         self._termination_file: Path | None = None
         self.containment = containment or ProcessTreeContainment(marker_for(key))
         self.stop_requested = False

@@ -13,8 +13,9 @@ class LineSplitter:
     chunk shows whether a "\n" follows it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_LOG_LINE) -> None:
         self._pending = b""
+        self.limit = limit  # characters of a line; the server says how many (welcome)
 
     def feed(self, chunk: bytes) -> list[str]:
         data = self._pending + chunk
@@ -35,9 +36,9 @@ class LineSplitter:
             i += 1
         self._pending = data[start:]
         # A line that never ends must not grow without bound.
-        while len(self._pending) > MAX_LOG_LINE:
-            lines.append(self._decode(self._pending[:MAX_LOG_LINE]))
-            self._pending = self._pending[MAX_LOG_LINE:]
+        while len(self._pending) > self.limit:
+            lines.append(self._decode(self._pending[: self.limit]))
+            self._pending = self._pending[self.limit :]
         return lines
 
     def close(self) -> list[str]:
@@ -45,6 +46,5 @@ class LineSplitter:
         rest, self._pending = self._pending.rstrip(b"\r"), b""
         return [self._decode(rest)] if rest else []
 
-    @staticmethod
-    def _decode(raw: bytes) -> str:
-        return cut_line(raw.decode("utf-8", errors="replace"), MAX_LOG_LINE)
+    def _decode(self, raw: bytes) -> str:
+        return cut_line(raw.decode("utf-8", errors="replace"), self.limit)

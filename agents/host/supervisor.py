@@ -14,6 +14,7 @@ from agents.host.launcher import LaunchError, TaskProcess
 from agents.protocol import (
     MAX_LOG_BATCH,
     MAX_LOG_BATCH_CHARS,
+    MAX_LOG_LINE,
     AgentMessage,
     RunningTask,
     StartTask,
@@ -23,6 +24,7 @@ from agents.protocol import (
     TaskKey,
     TaskLogs,
     TaskStarted,
+    Welcome,
 )
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,8 @@ class Supervisor:
         self._spawning = 0  # starts under way: their main pids are not known yet
         self._logs: dict[TaskKey, LogBuffer] = {}
         self.finished: OrderedDict[TaskKey, TaskExit] = OrderedDict()
+        # Where task output lines are cut: the server's limit, from its last welcome.
+        self.line_limit = MAX_LOG_LINE
 
     def running(self) -> list[RunningTask]:
         return [RunningTask(key=k, pid=t.pid) for k, t in self._tasks.items()]
@@ -112,7 +116,7 @@ class Supervisor:
             log.warning("cannot contain %s of job %s: %s", key.task, key.job_id, exc)
             self._finish(TaskExit(key=key, exit_code=None, error=f"cannot contain the task: {exc}"))
             return
-        process = TaskProcess(key, self._collect_lines, containment)
+        process = TaskProcess(key, self._collect_lines, containment, self.line_limit)
         self._spawning += 1
         try:
             await process.spawn(command, self.workspace, self.server_url, ca_file=self.ca_file)
@@ -187,7 +191,10 @@ class Supervisor:
         if not buffer.lines and key not in self._tasks:
             del self._logs[key]  # the attempt is over and all of its output is stored
 
-    def reconnected(self) -> None:
-        """A new channel: whatever was in flight on the old one may not have arrived."""
+    def reconnected(self, welcome: Welcome) -> None:
+        """A new channel: whatever was in flight on the old one may not have arrived.
+
+        Attempts started from now on cut their lines at the server's limit."""
+        self.line_limit = welcome.max_log_line_chars
         for buffer in self._logs.values():
             buffer.resend()

@@ -188,7 +188,12 @@ class Controller:
             placed = (await placed_on(tx.session, [host.id])).get(host.id, {})
             agrees = await sync_running(tx, self.view, host, hello.running, placed, force=True)
             note_after_commit(tx, self.view, hello.name, hello.running, agrees)
-        first: list[ServerMessage] = [Welcome(heartbeat_seconds=self.settings.heartbeat_seconds)]
+        first: list[ServerMessage] = [
+            Welcome(
+                heartbeat_seconds=self.settings.heartbeat_seconds,
+                max_log_line_chars=self.settings.max_log_line_chars,
+            )
+        ]
         first += [m for h, m in tx.outbox.messages if h == hello.name]
         self._send(Outbox([(h, m) for h, m in tx.outbox.messages if h != hello.name]))
         self.wake()

@@ -39,7 +39,7 @@ async def test_a_refused_agent_gives_up_with_the_servers_reason() -> None:
             flush_logs=lambda: None,
             heartbeat=Heartbeat,
             on_logs_ack=on_logs_ack,
-            on_connected=lambda: None,
+            on_connected=lambda _welcome: None,
         )
         await asyncio.wait_for(channel.run_forever(), timeout=10)
     assert channel.refused == reason

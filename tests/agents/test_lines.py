@@ -36,3 +36,13 @@ def test_endless_line_is_cut() -> None:
     lines = splitter.feed(b"x" * (MAX_LOG_LINE * 2 + 10))
     assert [len(line) for line in lines] == [MAX_LOG_LINE, MAX_LOG_LINE]
     assert splitter.close() == ["x" * 10]
+
+
+def test_lines_are_cut_at_the_limit_the_splitter_is_given() -> None:
+    splitter = LineSplitter(300)
+    (line,) = splitter.feed(b"y" * 1000 + b"\n")
+    assert len(line) == 300
+    assert line.endswith(" more characters]")
+    endless = splitter.feed(b"x" * 700)
+    assert [len(piece) for piece in endless] == [300, 300]
+    assert splitter.close() == ["x" * 100]

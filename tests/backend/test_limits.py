@@ -316,6 +316,17 @@ def test_the_agent_cuts_long_lines_and_bounds_its_batches() -> None:
     assert len(batch) == MAX_LOG_BATCH_CHARS // MAX_LOG_LINE
 
 
+def test_the_server_tells_its_agents_its_line_limit(database_url: str, tmp_path: Path) -> None:
+    with app_client(database_url, tmp_path, max_log_line_chars=1000) as client:
+        with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+            ws.send_text(hello_frame())
+            welcome = server_message.validate_json(ws.receive_text())
+        assert isinstance(welcome, Welcome) and welcome.max_log_line_chars == 1000
+    # The agents cut their tasks' lines there: a limit an agent frame cannot carry is refused.
+    with pytest.raises(ValueError, match="max_log_line_chars"):
+        make_settings(database_url, tmp_path, max_log_line_chars=65_537)
+
+
 def test_the_server_cuts_long_log_lines_with_a_marker(database_url: str, tmp_path: Path) -> None:
     with app_client(database_url, tmp_path, max_log_line_chars=256) as client:
         job_id = submit(client)
