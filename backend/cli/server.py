@@ -18,7 +18,7 @@ from backend.app import create_app
 from backend.cli.collector import settle_for_serving
 from backend.cli.local import LocalCluster
 from backend.cli.server_logging import server_log_config
-from backend.config import DEFAULT_DATA_DIR, Settings
+from backend.config import Settings
 from backend.db import create_engine
 from backend.schema import upgrade_database
 
@@ -98,16 +98,37 @@ def load_or_create_tokens(data_dir: Path) -> dict[str, str]:
     return tokens
 
 
+def up_settings(*, port: int | None, db: str | None, data_dir: Path | None) -> Settings:
+    """`strata up`'s settings: the environment's, under the options given on the command line
+    (so STRATA_PORT and STRATA_DATA_DIR count, and a flag wins over them), with the
+    environment's tokens, else those kept in the data dir (made on the first run)."""
+    env = _settings(port=port, database_url=db, data_dir=data_dir)
+    stored = load_or_create_tokens(env.data_dir)
+    return _settings(
+        port=port,
+        database_url=db,
+        data_dir=data_dir,
+        api_token=env.api_token or SecretStr(stored["api"]),
+        agent_token=env.agent_token or SecretStr(stored["agent"]),
+    )
+
+
 def up(
     agents: Annotated[int, typer.Option(min=0, max=16, help="Local agents to start.")] = 2,
     gpus_per_agent: Annotated[
         int, typer.Option(min=0, max=16, help="Simulated GPUs each local agent declares.")
     ] = 2,
-    port: Annotated[int, typer.Option(help="Port for the API and dashboard.")] = 8000,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port for the API and dashboard. [default: STRATA_PORT, else 8000]"),
+    ] = None,
     db: DbOption = None,
     data_dir: Annotated[
-        Path, typer.Option("--data-dir", help="Where state lives.")
-    ] = DEFAULT_DATA_DIR,
+        Path | None,
+        typer.Option(
+            "--data-dir", help="Where state lives. [default: STRATA_DATA_DIR, else ~/.strata]"
+        ),
+    ] = None,
     workspace: Annotated[
         Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
     ] = Path(),
@@ -116,18 +137,9 @@ def up(
     ] = False,
 ) -> None:
     """Run the whole control plane on this machine: server and local agents, SQLite by default."""
-    data_dir = data_dir.expanduser().resolve()
-    env = _settings()
-    stored = load_or_create_tokens(data_dir)
-    api_token = env.api_token or SecretStr(stored["api"])
-    agent_token = env.agent_token or SecretStr(stored["agent"])
-    settings = _settings(
-        port=port,
-        database_url=db,
-        data_dir=data_dir,
-        api_token=api_token,
-        agent_token=agent_token,
-    )
+    settings = up_settings(port=port, db=db, data_dir=data_dir)
+    assert settings.api_token is not None
+    api_token, data_dir = settings.api_token, settings.data_dir
     local = LocalCluster(
         settings=settings,
         agents=agents,
