@@ -103,6 +103,16 @@ def up_settings(*, port: int | None, db: str | None, data_dir: Path | None) -> S
     (so STRATA_PORT and STRATA_DATA_DIR count, and a flag wins over them), with the
     environment's tokens, else those kept in the data dir (made on the first run)."""
     env = _settings(port=port, database_url=db, data_dir=data_dir)
+    if env.tls_certfile is not None or env.tls_keyfile is not None:
+        # Serving them would leave its own agents, the demo and the printed links unable to
+        # connect unless the certificate names this address and they trust its CA: say so.
+        console.print(
+            "[red]error:[/red] `strata up` serves plain HTTP, for this machine; "
+            "STRATA_TLS_CERTFILE and STRATA_TLS_KEYFILE are for `strata server`. Unset them, "
+            "or run `strata server` with them and `strata agent --ca-file` for TLS.",
+            soft_wrap=True,
+        )
+        raise typer.Exit(2)
     stored = load_or_create_tokens(env.data_dir)
     return _settings(
         port=port,

@@ -5,13 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer
 
 from backend.cli.server import up_settings
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("STRATA_PORT", "STRATA_DATA_DIR", "STRATA_API_TOKEN", "STRATA_AGENT_TOKEN"):
+    for name in (
+        "STRATA_PORT",
+        "STRATA_DATA_DIR",
+        "STRATA_API_TOKEN",
+        "STRATA_AGENT_TOKEN",
+        "STRATA_TLS_CERTFILE",
+        "STRATA_TLS_KEYFILE",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -51,3 +59,19 @@ def test_tokens_in_the_environment_win_over_the_kept_ones(
     assert again.api_token is not None and kept.agent_token is not None
     assert again.api_token.get_secret_value() == "admin-from-env-0123456789"
     assert again.agent_token == kept.agent_token  # the kept one, as before
+
+
+def test_tls_settings_are_refused_with_what_to_do_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("cert.pem", "key.pem"):
+        (tmp_path / name).write_text("not read: refused before\n")
+    monkeypatch.setenv("STRATA_TLS_CERTFILE", str(tmp_path / "cert.pem"))
+    monkeypatch.setenv("STRATA_TLS_KEYFILE", str(tmp_path / "key.pem"))
+    with pytest.raises(typer.Exit) as refused:
+        up_settings(port=None, db=None, data_dir=tmp_path / "data")
+    assert refused.value.exit_code == 2
+    said = " ".join(capsys.readouterr().out.split())
+    assert "`strata up` serves plain HTTP" in said
+    assert "run `strata server` with them" in said
+    assert not (tmp_path / "data").exists()  # nothing made: no tokens
