@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from agents.tls import CA_FILE_ENV, client_ssl
 from backend.checkpoints.schemas import CheckpointNow, CheckpointRead
+from backend.code.schemas import LIMIT_HEADER as CODE_LIMIT_HEADER
+from backend.code.schemas import CodeBundleRead
 from backend.hosts.schemas import HostRead
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.tokens.schemas import TokenCreated, TokenRead
@@ -109,6 +111,39 @@ class StrataClient:
             "POST", "/jobs", _JOB, content=content, headers={"Content-Type": content_type}
         )
 
+    def submit_document(self, document: dict[str, Any]) -> JobRead:
+        """Submit a spec already read (and perhaps rewritten, as for code bundles)."""
+        return self._request("POST", "/jobs", _JOB, json=document)
+
+    def code_bundle(self, sha256: str) -> tuple[bool, int]:
+        """Whether the server has bundle `sha256`, and the largest bundle it takes."""
+        try:
+            response = self._http.head(f"/code/{sha256}")
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.server, exc) from exc
+        if response.status_code not in (200, 404):
+            reason = f"HEAD /code/{sha256}: {response.reason_phrase}"
+            raise ClientError(response.status_code, reason, [])
+        limit = response.headers.get(CODE_LIMIT_HEADER, "")
+        if not limit.isdigit():
+            raise ClientError(
+                response.status_code,
+                f"the server does not take code bundles (no {CODE_LIMIT_HEADER} header): "
+                "is it an older version?",
+                [],
+            )
+        return response.status_code == 200, int(limit)
+
+    def upload_code(self, sha256: str, body: IO[bytes], size: int) -> CodeBundleRead:
+        return self._request(
+            "PUT",
+            f"/code/{sha256}",
+            _CODE,
+            content=iter(lambda: body.read(1 << 20), b""),
+            headers={"Content-Type": "application/x-tar", "Content-Length": str(size)},
+            timeout=600.0,
+        )
+
     def jobs(self, *, statuses: list[str], limit: int, offset: int = 0) -> JobPage:
         params: dict[str, Any] = {"status": statuses, "limit": limit, "offset": offset}
         return self._request("GET", "/jobs", _JOB_PAGE, params=params)
@@ -166,6 +201,7 @@ class StrataClient:
 
 # What each route answers (its response_model), read straight from the JSON.
 _JOB = TypeAdapter(JobRead)
+_CODE = TypeAdapter(CodeBundleRead)
 _JOB_PAGE = TypeAdapter(JobPage)
 _EVENTS = TypeAdapter(list[JobEventRead])
 _CHECKPOINT_NOW = TypeAdapter(CheckpointNow)

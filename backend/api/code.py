@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import FileResponse
-from pydantic import BaseModel
 
 from backend.api.body import declared_length
 from backend.api.deps import AdminPrincipal, app_state, require
 from backend.auth import Principal, TokenKind
+from backend.code.schemas import LIMIT_HEADER, CodeBundleRead
 from backend.code.store import CodeStore
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
 
@@ -18,8 +18,6 @@ router = APIRouter(
     prefix="/code", tags=["code"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
 )
 
-# The header HEAD answers with, so that a client learns the limit before it uploads.
-LIMIT_HEADER = "Strata-Max-Code-Bytes"
 Digest = Annotated[str, Path(description="The bundle's SHA-256: 64 lowercase hex characters.")]
 FetcherPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.agent))]
 
@@ -29,11 +27,6 @@ def get_code_store(request: Request) -> CodeStore:
 
 
 CodeStoreDep = Annotated[CodeStore, Depends(get_code_store)]
-
-
-class CodeBundleRead(BaseModel):
-    sha256: str
-    size: int
 
 
 @router.put(

@@ -8,8 +8,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from agents.protocol import MAX_INT32
+from backend.api.code import get_code_store
 from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep
-from backend.errors import ROUTER_ERRORS, closed_query, error_responses
+from backend.errors import (
+    ROUTER_ERRORS,
+    FieldIssue,
+    InvalidInput,
+    closed_query,
+    error_responses,
+)
 from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
@@ -52,6 +59,10 @@ async def submit_job(
     """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
     body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
     spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
+    if spec.code is not None and get_code_store(request).size(spec.code.sha256) is None:
+        raise InvalidInput(
+            [FieldIssue("code.sha256", f"no code bundle {spec.code.sha256}: upload it first")]
+        )
 
     async def create(tx: Transaction) -> int:
         return (await service.create_job(session=tx.session, spec=spec)).id

@@ -15,6 +15,8 @@ from rich.table import Table
 
 from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
+from backend.code.archive import Bundle
+from backend.code.submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
 from backend.jobs.spec import JobSpec
 from backend.sizes import human_size
 
@@ -76,12 +78,39 @@ def submit(
     follow_: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream its logs and progress until it ends.")
     ] = False,
+    code: Annotated[
+        Path | None,
+        typer.Option(
+            "--code",
+            exists=True,
+            file_okay=False,
+            help="Bundle this dir as the job's code (instead of the spec's code.dir).",
+        ),
+    ] = None,
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
-    """Submit a job spec."""
+    """Submit a job spec; with a `code` section (or --code) its code dir goes with it."""
+    document = read_spec(spec)  # None when it is not YAML: the server says what is wrong
+    directory = None if document is None else code_dir(spec, document, code)
     with connect(server, token) as client:
-        job = client.submit(spec)
+        if directory is None or not isinstance(document, dict):
+            job = client.submit(spec)
+        else:
+
+            def report(bundle: Bundle, uploaded: bool) -> None:
+                what = "uploaded" if uploaded else "already on the server"
+                console.print(
+                    f"code bundle {bundle.sha256[:12]} ({bundle.files} files, "
+                    f"{bundle.size} bytes): {what}"
+                )
+
+            try:
+                sha256 = upload(client, directory, report)
+            except (CodeTooLarge, ValueError) as exc:  # too big; not a directory
+                err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+                raise typer.Exit(1) from None
+            job = client.submit_document(with_bundle(document, sha256))
         url = client.server
     console.print(f"job [bold]{job.id}[/bold] ({job.name}) submitted: {job.status.value}")
     if follow_:

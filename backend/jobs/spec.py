@@ -14,7 +14,14 @@ from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agents.environment import TaskEnvironment
 from agents.memory_size import format_memory, parse_memory
@@ -183,6 +190,33 @@ class CheckpointPolicy(_Strict):
         return value
 
 
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+class CodeRef(_Strict):
+    """The code bundle a job runs in (see PUT /code/{sha256}); `strata submit` packs the
+    spec's `code.dir` and sends this instead."""
+
+    sha256: str = Field(description="The bundle's SHA-256: 64 lowercase hex characters.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_dir(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "dir" in value:
+            raise ValueError(
+                "code.dir is read by `strata submit`, which uploads the dir as a bundle and "
+                "sends code.sha256 instead; the server takes only code.sha256"
+            )
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if not SHA256_PATTERN.fullmatch(value):
+            raise ValueError(f"must be a SHA-256: 64 lowercase hex characters, got {value[:80]!r}")
+        return value
+
+
 class RestartPolicy(_Strict):
     policy: Literal["never", "on_failure", "exit_code"] = "on_failure"
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
@@ -195,7 +229,12 @@ class JobSpec(_Strict):
     name: str = Field(description="Short and safe: letters, digits, '.', '_' and '-'.")
     strategy: Strategy
     entrypoint: list[str] = Field(min_length=1, max_length=256, description="argv, no shell.")
-    working_dir: str = "."
+    working_dir: str = Field(
+        default=".", description="Under the agent's workspace, or under the code bundle's root."
+    )
+    code: CodeRef | None = Field(
+        default=None, description="Run in this code bundle instead of the agent's workspace."
+    )
     env: dict[str, str] = Field(default_factory=dict, max_length=256)
     replicas: Replicas
     checkpoint: CheckpointPolicy = CheckpointPolicy()

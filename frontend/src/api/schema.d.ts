@@ -545,6 +545,18 @@ export interface components {
             /** Size */
             size: number;
         };
+        /**
+         * CodeRef
+         * @description The code bundle a job runs in (see PUT /code/{sha256}); `strata submit` packs the
+         *     spec's `code.dir` and sends this instead.
+         */
+        CodeRef: {
+            /**
+             * Sha256
+             * @description The bundle's SHA-256: 64 lowercase hex characters.
+             */
+            sha256: string;
+        };
         /** DeviceRead */
         DeviceRead: {
             /** Index */
@@ -837,6 +849,8 @@ export interface components {
              *     }
              */
             checkpoint: components["schemas"]["CheckpointPolicy"];
+            /** @description Run in this code bundle instead of the agent's workspace. */
+            code?: components["schemas"]["CodeRef"] | null;
             /**
              * Entrypoint
              * @description argv, no shell.
@@ -877,6 +891,7 @@ export interface components {
             strategy_options: components["schemas"]["StrategyOptions"];
             /**
              * Working Dir
+             * @description Under the agent's workspace, or under the code bundle's root.
              * @default .
              */
             working_dir: string;
