@@ -171,13 +171,24 @@ class StartTask(_Message):
     type: Literal["start_task"] = "start_task"
     key: TaskKey
     argv: list[str] = Field(min_length=1)
-    working_dir: str  # relative to the agent's workspace root
+    working_dir: str  # relative to the agent's workspace root, or to the code bundle's
     env: dict[str, str]
     port: int
     gpus: list[int]
     # Bytes the attempt's processes may use together (the spec's replicas.<role>.memory),
     # enforced by its cgroup where the agent has a memory controller; None: no limit.
     memory_limit: int | None = Field(default=None, ge=1, le=MAX_INT64)
+    # The code bundle the attempt runs in (working_dir is then relative to it); None: the
+    # agent's workspace.
+    code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+    @model_serializer(mode="wrap")
+    def _omit_no_bundle(self, handler: SerializerFunctionWrapHandler) -> object:
+        # Left out when None, so that an agent that predates bundles still reads the start.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("code_sha256") is None:
+            data.pop("code_sha256", None)
+        return data
 
 
 class StopTask(_Message):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from agents.host.bundles import DEFAULT_CACHE_BYTES, BundleCache, http_fetcher
 from agents.host.channel import Channel
 from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
@@ -21,6 +22,8 @@ from agents.protocol import Device, Heartbeat, Hello
 log = logging.getLogger(__name__)
 
 AGENT_VERSION = "0.1.0"
+# Under the workspace: the code bundles this agent's attempts run in.
+BUNDLE_CACHE_DIR = ".strata-bundles"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class AgentConfig:
     stop_grace_seconds: float = 10.0
     ca_file: str | None = None  # trusted for an https:// server, by the agent and its tasks
     state_dir: Path | None = None  # its identity and lock; None: default_state_dir(name)
+    bundle_cache_bytes: int = DEFAULT_CACHE_BYTES  # unpacked code bundles kept (LRU)
 
 
 def default_address(server_url: str) -> str:
@@ -73,6 +77,11 @@ class Agent:
             self._send,
             ca_file=config.ca_file,
             containments=self.containments,
+            bundles=BundleCache(
+                config.workspace / BUNDLE_CACHE_DIR,
+                http_fetcher(config.server_url, config.token, config.ca_file),
+                max_bytes=config.bundle_cache_bytes,
+            ),
         )
         self.channel = Channel(
             config.server_url,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.host.bundles import BundleCache, BundleError
 from agents.host.containment import Containments, reap_orphans
 from agents.host.launcher import LaunchError, TaskProcess
 from agents.protocol import (
@@ -87,14 +88,17 @@ class Supervisor:
         send: Callable[[AgentMessage], bool],
         ca_file: str | None = None,
         containments: Containments | None = None,
+        bundles: BundleCache | None = None,
     ) -> None:
         self.workspace = workspace
+        self.bundles = bundles  # None: starts that name a code bundle fail
         # None: each attempt is its process tree, session and marker (no cgroups, no probe)
         self.containments = containments
         self.server_url = server_url
         self.ca_file = ca_file
         self._send = send
         self._tasks: dict[TaskKey, TaskProcess] = {}
+        self._bundle_of: dict[TaskKey, str | None] = {}  # the code bundle each attempt holds
         self._watchers: set[asyncio.Task[None]] = set()
         self._spawning = 0  # starts under way: their main pids are not known yet
         self._logs: dict[TaskKey, LogBuffer] = {}
@@ -118,8 +122,14 @@ class Supervisor:
             return
         process = TaskProcess(key, self._collect_lines, containment, self.line_limit)
         self._spawning += 1
+        bundle = command.code_sha256
         try:
-            await process.spawn(command, self.workspace, self.server_url, ca_file=self.ca_file)
+            root = await self._code_root(bundle)
+            try:
+                await process.spawn(command, root, self.server_url, ca_file=self.ca_file)
+            except LaunchError:
+                self._release(bundle)
+                raise
         except LaunchError as exc:
             log.warning("cannot start %s of job %s: %s", key.task, key.job_id, exc)
             await process.containment.end(within=1)  # nothing runs there: remove its cgroups
@@ -127,6 +137,7 @@ class Supervisor:
             return
         finally:
             self._spawning -= 1
+        self._bundle_of[key] = bundle
         self._tasks[key] = process
         log.info(
             "started %s of job %s (attempt %s, pid %s)",
@@ -139,6 +150,18 @@ class Supervisor:
         watcher = asyncio.create_task(self._watch(process))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
+
+    async def _code_root(self, bundle: str | None) -> Path:
+        """Where the attempt's working_dir is resolved: its code bundle, or the workspace."""
+        if bundle is None:
+            return self.workspace
+        if self.bundles is None:
+            raise BundleError(f"this agent has no code bundle cache for bundle {bundle}")
+        return await self.bundles.acquire(bundle)
+
+    def _release(self, bundle: str | None) -> None:
+        if bundle is not None and self.bundles is not None:
+            self.bundles.release(bundle)
 
     async def stop(self, command: StopTask) -> None:
         process = self._tasks.get(command.key)
@@ -155,6 +178,7 @@ class Supervisor:
     async def _watch(self, process: TaskProcess) -> None:
         exit = await process.wait()
         del self._tasks[process.key]
+        self._release(self._bundle_of.pop(process.key, None))
         log.info(
             "%s of job %s exited: code %s", process.key.task, process.key.job_id, exit.exit_code
         )

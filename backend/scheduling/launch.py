@@ -94,4 +94,9 @@ def start_message(
         port=port,
         gpus=gpus,
         memory_limit=spec.replicas.of(role).memory_bytes,
+        code_sha256=(
+            spec.code.sha256
+            if spec.code is not None and not runs_runtime_server(spec, role)
+            else None
+        ),
     )
