@@ -98,7 +98,12 @@ def test_strata_submit_uploads_the_code_dir_then_finds_it_known(
     server_url: str, tmp_path: Path
 ) -> None:
     spec = project(tmp_path / "cli")
-    env = {**os.environ, "STRATA_SERVER": server_url, "STRATA_TOKEN": ADMIN_TOKEN}
+    env = {
+        **os.environ,
+        "STRATA_SERVER": server_url,
+        "STRATA_TOKEN": ADMIN_TOKEN,
+        "COLUMNS": "1000",
+    }
 
     def submit() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
