@@ -202,6 +202,8 @@ def jobs_show(
         events = client.events(job_id)
     console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
     console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
+    if job.spec.code is not None:
+        console.print(f"code: bundle {job.spec.code.sha256}")
     tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "EXIT")
     for task in job.tasks:
         tasks.add_row(
