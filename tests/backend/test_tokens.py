@@ -178,7 +178,13 @@ def test_every_route_admits_only_whom_it_should(
     problems = []
     for method, path in routes:
         url = concrete(path)
-        reads = method == "GET" and (not path.startswith("/tokens") or path == "/tokens/self")
+        # Agents fetch code bundles; viewers do not.
+        fetches_code = path.startswith("/code/") and method in ("GET", "HEAD")
+        reads = (
+            method == "GET"
+            and not fetches_code
+            and (not path.startswith("/tokens") or path == "/tokens/self")
+        )
 
         expected: list[tuple[str, dict[str, str] | None, set[int] | None]] = [
             ("no token", None, {401}),
@@ -187,8 +193,8 @@ def test_every_route_admits_only_whom_it_should(
             ("unknown stored-looking token", bearer("stk_" + "x" * 43), {401}),
             ("revoked", bearer(tokens.revoked), {401}),
             ("expired", bearer(tokens.expired), {401}),
-            ("agent", bearer(tokens.agent), {403}),
-            ("stored agent", bearer(tokens.stored_agent), {403}),
+            ("agent", bearer(tokens.agent), None if fetches_code else {403}),
+            ("stored agent", bearer(tokens.stored_agent), None if fetches_code else {403}),
             ("task of another job", bearer(tokens.task_of_another_job), {403}),
             ("viewer", bearer(tokens.viewer), None if reads else {403}),
             ("admin", bearer(tokens.admin), None),

@@ -98,6 +98,11 @@ def test_a_job_runs_code_that_exists_only_where_it_was_submitted(
     job = cluster.wait_status(submitted_id(first), "succeeded", timeout=120)
     assert job["spec"]["code"]["sha256"]
     assert "hello from a bundle" in cluster.logs(job["id"], "chief:0")
+    env = {**os.environ, "STRATA_SERVER": cluster.url, "STRATA_TOKEN": cluster.admin_token}
+    shown = subprocess.run(
+        [*STRATA, "jobs", "show", str(job["id"])], env=env, capture_output=True, text=True
+    )
+    assert f"code: bundle {job['spec']['code']['sha256']}" in shown.stdout, shown.stderr
     stored = bundles_on_server(cluster)
 
     again = strata_submit(cluster, spec)
@@ -105,6 +110,53 @@ def test_a_job_runs_code_that_exists_only_where_it_was_submitted(
     assert "already on the server" in again.stdout
     assert bundles_on_server(cluster) == stored  # nothing uploaded
     cluster.wait_status(submitted_id(again), "succeeded", timeout=120)
+
+
+def test_a_parameter_server_job_runs_its_chief_from_the_bundle(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    root = tmp_path / "ps"
+    root.mkdir()
+    # The script exists only here (a copy under another name, outside the workspace).
+    (root / "my_digits.py").write_text((REPO / "examples" / "digits.py").read_text())
+    spec = root / "job.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "bundled-ps",
+                "strategy": "parameter_server",
+                "entrypoint": [
+                    *("python", "my_digits.py", "--epochs", "2", "--steps-per-execution", "4"),
+                    *("--validation-steps", "5", "--evaluate-steps", "5"),
+                ],
+                "replicas": {
+                    "chief": {"count": 1},
+                    "worker": {"count": 2},
+                    "ps": {"count": 1},
+                },
+                "restart": {"policy": "never"},
+                "code": {},
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "STRATA_SERVER": cluster.url,
+        "STRATA_TOKEN": cluster.admin_token,
+        "COLUMNS": "1000",
+    }
+    result = subprocess.run(
+        [*STRATA, "submit", str(spec), "--follow"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=root,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job = cluster.job(submitted_id(result))
+    assert job["status"] == "succeeded"
+    assert len({task["host"] for task in job["tasks"]}) == 2  # across both agents
 
 
 def crafted(*members: tarfile.TarInfo) -> bytes:
