@@ -18,9 +18,10 @@ from pydantic import (
     model_serializer,
 )
 
+from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
-PROTOCOL_VERSION = 3  # 2: TaskExit.refused; 3: Hello.identity (one name, one host)
+PROTOCOL_VERSION = 4  # 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python)
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -111,6 +112,8 @@ class Hello(_Message):
     devices: list[Device] = Field(default_factory=list, max_length=1024)
     version: str = Field(max_length=64)
     running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
+    # The container engine it can start tasks in (environment.image); None: it has none.
+    engine: EngineInfo | None = None
     # Exits that happened while the channel was down, so that none is lost.
     finished: list[TaskExit] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
 
@@ -181,13 +184,17 @@ class StartTask(_Message):
     # The code bundle the attempt runs in (working_dir is then relative to it); None: the
     # agent's workspace.
     code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # The image or interpreter the attempt runs in; None: the agent's own interpreter.
+    environment: RuntimeEnvironment | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_no_bundle(self, handler: SerializerFunctionWrapHandler) -> object:
-        # Left out when None, so that an agent that predates bundles still reads the start.
+    def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> object:
+        # Left out when None, so that a start without them reads as it did before.
         data = handler(self)
-        if isinstance(data, dict) and data.get("code_sha256") is None:
-            data.pop("code_sha256", None)
+        if isinstance(data, dict):
+            for optional in ("code_sha256", "environment"):
+                if data.get(optional) is None:
+                    data.pop(optional, None)
         return data
 
 
