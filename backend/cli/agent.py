@@ -11,7 +11,9 @@ from typing import Annotated
 import typer
 
 from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
+from agents.host.bundles import DEFAULT_CACHE_BYTES
 from agents.host.identity import StateDirError
+from agents.memory_size import format_memory, parse_memory
 from backend.config import LOG_LEVELS, read_secret_file
 
 # The server's levels but uvicorn's "trace", which Python's logging does not know by itself.
@@ -68,6 +70,15 @@ def agent(
             "the tasks it starts get it too.",
         ),
     ] = None,
+    bundle_cache_bytes: Annotated[
+        str,
+        typer.Option(
+            envvar="STRATA_AGENT_BUNDLE_CACHE_BYTES",
+            help="How much unpacked code bundles the agent keeps under "
+            "<workspace>/.strata-bundles, least recently used evicted first (bundles in use "
+            "are kept even over it): bytes, or a size like 2GiB or 500MB.",
+        ),
+    ] = format_memory(DEFAULT_CACHE_BYTES).replace(" ", ""),
     log_level: Annotated[
         str, typer.Option(help="How much the agent logs: " + ", ".join(AGENT_LOG_LEVELS) + ".")
     ] = "info",
@@ -84,6 +95,7 @@ def agent(
         ports = parse_port_range(port_range)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--port-range") from None
+    cache_bytes = parse_bundle_cache_bytes(bundle_cache_bytes)
     join_token = _join_token(token, token_file)
     if not workspace.is_dir():
         raise typer.BadParameter(f"{workspace} is not a directory", param_hint="--workspace")
@@ -97,6 +109,7 @@ def agent(
         gpus=gpus,
         ca_file=None if ca_file is None else str(ca_file.resolve()),
         state_dir=None if state_dir is None else state_dir.resolve(),
+        bundle_cache_bytes=cache_bytes,
     )
     try:
         running = Agent(config)
@@ -105,6 +118,20 @@ def agent(
     except StateDirError as exc:
         raise SystemExit(f"strata agent: {exc}") from None
     asyncio.run(running.run())
+
+
+def parse_bundle_cache_bytes(text: str) -> int:
+    """The --bundle-cache-bytes value in bytes: a positive size ("4GiB", "500MB", "1048576")."""
+    try:
+        size = parse_memory(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--bundle-cache-bytes") from None
+    if size <= 0:
+        raise typer.BadParameter(
+            f"{text!r} is no room at all: the bundle cache needs a size above 0, like 4GiB",
+            param_hint="--bundle-cache-bytes",
+        )
+    return size
 
 
 def _join_token(token: str | None, token_file: Path | None) -> str:
