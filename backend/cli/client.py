@@ -13,6 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agents.runtime_environment import EngineInfo
+from backend.cli import bundle_view
+from backend.cli.bundle_view import describe_bundle
 from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
 from backend.code.archive import Bundle
@@ -195,15 +198,19 @@ def jobs_show(
     job_id: Annotated[int, typer.Argument(min=1)],
     server: ServerOption = None,
     token: TokenOption = None,
+    files: Annotated[
+        int, typer.Option("--files", min=0, help="List this many of the code bundle's files.")
+    ] = bundle_view.SHOWN,
 ) -> None:
-    """Show a job: status, tasks with their placement, and events."""
+    """Show a job: status, its code bundle, tasks with their placement, and events."""
     with connect(server, token) as client:
         job = client.job(job_id)
         events = client.events(job_id)
+        code = [] if job.spec.code is None else describe_bundle(client, job.spec.code.sha256, files)
     console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
     console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
-    if job.spec.code is not None:
-        console.print(f"code: bundle {job.spec.code.sha256}")
+    for line in code:
+        console.print(escape(line), highlight=False, soft_wrap=True)
     tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "EXIT")
     for task in job.tasks:
         tasks.add_row(
@@ -324,7 +331,7 @@ def hosts(ctx: typer.Context, server: ServerOption = None, token: TokenOption = 
         return
     with connect(server, token) as client:
         found = client.hosts()
-    table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "PORTS", "HEARTBEAT")
+    table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "ENGINE", "PORTS", "HEARTBEAT")
     for host in found:
         devices = ", ".join(f"{d.index}:{d.name}" for d in host.devices) or "-"
         low, high = host.port_range
@@ -333,10 +340,18 @@ def hosts(ctx: typer.Context, server: ServerOption = None, token: TokenOption = 
             host.address,
             host.status.value,
             devices,
+            _engine_column(host.engine),
             f"{low}-{high}",
             f"{host.heartbeat_age_seconds:.1f}s ago",
         )
     console.print(table)
+
+
+def _engine_column(engine: EngineInfo | None) -> str:
+    """'docker 27.3.1 +nvidia', or '-' for a host that runs no image."""
+    if engine is None:
+        return "-"
+    return escape(f"{engine.kind} {engine.version}{' +nvidia' if engine.nvidia else ''}")
 
 
 def hosts_forget(

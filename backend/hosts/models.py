@@ -28,6 +28,9 @@ class Host(Base):
     # under its name with another identity is another machine, and is refused.
     identity: Mapped[str | None] = mapped_column(String(128))
     info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # What its agent's hello said about its container engine (an EngineInfo's fields); SQL
+    # NULL when it has none, so that placement asks only `engine IS NOT NULL`.
+    engine: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from agents.runtime_environment import EngineInfo
 from backend.jobs.states import HostStatus, TaskStatus
 
 
@@ -24,6 +25,10 @@ class HostRead(BaseModel):
     status: HostStatus
     port_range: tuple[int, int]
     agent_version: str | None
+    engine: EngineInfo | None = Field(
+        description="The container engine its agent can start tasks in (environment.image); "
+        "null: it has none, and runs no job that names an image."
+    )
     devices: list[DeviceRead]
     registered_at: datetime
     last_heartbeat_at: datetime
@@ -50,6 +55,7 @@ class HostUsage(BaseModel):
     address: str
     status: HostStatus
     heartbeat_age_seconds: float
+    engine: EngineInfo | None  # as in HostRead
     devices: list[DeviceUsage]
     tasks: list[TaskRef]
 

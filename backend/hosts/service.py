@@ -10,6 +10,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
+from agents.runtime_environment import EngineInfo
 from agents.vocabulary import format_task_name
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
@@ -81,6 +82,7 @@ async def register_host(
     devices: Sequence[DeviceInfo],
     agent_version: str | None = None,
     identity: str | None = None,
+    engine: EngineInfo | None = None,
 ) -> Host:
     """Create or refresh a host as its agent announces itself; it is online from now.
     Raises NameClash, changing nothing, if another identity holds the name."""
@@ -98,6 +100,7 @@ async def register_host(
     host.status = HostStatus.online
     host.port_range_start, host.port_range_end = port_range
     host.agent_version = agent_version
+    host.engine = None if engine is None else engine.model_dump(mode="json")
     host.last_heartbeat_at = now
     _sync_devices(host, devices)
     await session.flush()
@@ -176,11 +179,16 @@ def host_read(host: Host) -> HostRead:
         status=host.status,
         port_range=(host.port_range_start, host.port_range_end),
         agent_version=host.agent_version,
+        engine=engine_read(host),
         devices=[device_read(d) for d in host.devices],
         registered_at=host.registered_at,
         last_heartbeat_at=host.last_heartbeat_at,
         heartbeat_age_seconds=_age(host),
     )
+
+
+def engine_read(host: Host) -> EngineInfo | None:
+    return None if host.engine is None else EngineInfo.model_validate(host.engine)
 
 
 def device_read(device: Device) -> DeviceRead:
@@ -238,6 +246,7 @@ async def cluster_view(*, session: AsyncSession) -> ClusterRead:
             address=host.address,
             status=host.status,
             heartbeat_age_seconds=_age(host),
+            engine=engine_read(host),
             devices=[
                 DeviceUsage(**device_read(d).model_dump(), task=holder.get((host.id, d.index)))
                 for d in host.devices

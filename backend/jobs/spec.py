@@ -27,6 +27,7 @@ from agents.environment import TaskEnvironment
 from agents.memory_size import format_memory, parse_memory
 from agents.options import ExportOptions, StrategyOptions
 from agents.protocol import METRIC_NAME_PATTERN
+from agents.runtime_environment import RuntimeEnvironment
 from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
 
@@ -235,6 +236,11 @@ class JobSpec(_Strict):
     code: CodeRef | None = Field(
         default=None, description="Run in this code bundle instead of the agent's workspace."
     )
+    environment: RuntimeEnvironment | None = Field(
+        default=None,
+        description="Where every task runs: a container image (hosts with a container engine "
+        "only) or an interpreter on the hosts; null for the agent's own interpreter.",
+    )
     env: dict[str, str] = Field(default_factory=dict, max_length=256)
     replicas: Replicas
     checkpoint: CheckpointPolicy = CheckpointPolicy()
@@ -293,6 +299,11 @@ class JobSpec(_Strict):
             if "\x00" in item or len(item) > 32_768:
                 raise ValueError(f"the value of {key} has a NUL byte or is over 32768 characters")
         return value
+
+    @property
+    def image(self) -> str | None:
+        """The container image every task runs in, if any (placement needs an engine)."""
+        return None if self.environment is None else self.environment.image
 
     def task_count(self, *, include_evaluator: bool = True) -> int:
         roles = ROLES if include_evaluator else TRAINING_ROLES

@@ -179,6 +179,7 @@ class Controller:
                 devices=[DeviceInfo(**d.model_dump()) for d in hello.devices],
                 agent_version=hello.version,
                 identity=hello.identity,
+                engine=hello.engine,
             )
             # Starts it reported on its previous connection come before what it says now.
             await apply_reported_starts(tx, self.view, [hello.name])

@@ -78,7 +78,9 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         )
         return
     slots = place(
-        [TaskNeed(*EVALUATOR, spec.replicas.evaluator.gpus)], await tx.backend.capacities(session)
+        [TaskNeed(*EVALUATOR, spec.replicas.evaluator.gpus)],
+        await tx.backend.capacities(session),
+        image=spec.image,
     )
     if isinstance(slots, Unplaceable):
         raise Conflict(f"no host has room for the evaluator of job {job.id}: {slots.reason}")

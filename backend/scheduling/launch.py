@@ -99,4 +99,7 @@ def start_message(
             if spec.code is not None and not runs_runtime_server(spec, role)
             else None
         ),
+        # Every task runs in it, the runtime's own servers too: the image brings the
+        # TensorFlow they serve variables with.
+        environment=spec.environment,
     )

@@ -93,7 +93,12 @@ class NativeAgents:
             row
             for row in await session.execute(
                 select(
-                    Host.id, Host.name, Host.address, Host.port_range_start, Host.port_range_end
+                    Host.id,
+                    Host.name,
+                    Host.address,
+                    Host.port_range_start,
+                    Host.port_range_end,
+                    Host.engine.is_not(None).label("has_engine"),
                 ).where(Host.status == HostStatus.online)
             )
             if self.hub.connected(row.name)
@@ -123,6 +128,7 @@ class NativeAgents:
                 free_gpus=[i for i in devices.get(h.id, []) if i not in used_gpus.get(h.id, ())],
                 port_range=(h.port_range_start, h.port_range_end),
                 used_ports=used_ports.get(h.id, set()),
+                container_engine=bool(h.has_engine),
             )
             for h in hosts
         ]

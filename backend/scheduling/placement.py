@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agents.vocabulary import format_task_name
@@ -34,6 +34,7 @@ class HostCapacity:
     free_gpus: list[int]  # device indices, ascending
     port_range: tuple[int, int]  # inclusive
     used_ports: set[int] = field(default_factory=set)
+    container_engine: bool = False  # its agent can run tasks in an image (environment.image)
 
     def next_port(self) -> int | None:
         return lowest_free_port(self.port_range, self.used_ports)
@@ -58,16 +59,46 @@ class Unplaceable:
 
 
 def place(
-    needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity]
+    needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity], *, image: str | None = None
 ) -> dict[tuple[str, int], Slot] | Unplaceable:
     """Place all tasks or none. On success the hosts' capacity is reduced accordingly.
 
     Tasks that need the most GPUs go first (they are the hardest to fit); each goes to the
     host with the fewest tasks of this job so far, then the most free GPUs, so that a job
-    spreads across hosts instead of piling onto one.
+    spreads across hosts instead of piling onto one. A job that runs in an image goes only
+    to hosts with a container engine (any engine: an image it lacks is pulled).
     """
     if not hosts:
         return Unplaceable("no online hosts; waiting for an agent to join")
+    if image is None:
+        return _place(needs, hosts)
+    able = [h for h in hosts if h.container_engine]
+    if not able:
+        names = listed(h.name for h in hosts)
+        verb = "has" if len(hosts) == 1 else "have"
+        return Unplaceable(f"no host can run image {image}: {names} {verb} no container engine")
+    placed = _place(needs, able)
+    if isinstance(placed, Unplaceable) and len(able) < len(hosts):
+        return Unplaceable(
+            f"{placed.reason}, counting only the {len(able)} of {len(hosts)} online hosts with"
+            f" a container engine (image {image} needs one)"
+        )
+    return placed
+
+
+def listed(names: Iterable[str], most: int = 3) -> str:
+    """'a', 'a and b', 'a, b and c', or 'a, b and 998 more' past `most` names, sorted."""
+    ordered = sorted(names)
+    if len(ordered) > most:
+        ordered = [*ordered[: most - 1], f"{len(ordered) - most + 1} more"]
+    if len(ordered) == 1:
+        return ordered[0]
+    return f"{', '.join(ordered[:-1])} and {ordered[-1]}"
+
+
+def _place(
+    needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity]
+) -> dict[tuple[str, int], Slot] | Unplaceable:
     # The hosts the rule can choose: each task goes to a host with none of this job's tasks
     # yet while there is one, and of those to the one with the most free GPUs. So among
     # hosts with a free port, the len(needs) with the most free GPUs always hold the choice,

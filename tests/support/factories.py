@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.runtime_environment import EngineInfo
 from backend.hosts.models import Host
 from backend.hosts.service import DeviceInfo, register_host
 
@@ -47,6 +48,7 @@ async def make_host(
     address: str = "127.0.0.1",
     port_range: tuple[int, int] = (42000, 42099),
     identity: str | None = None,
+    engine: EngineInfo | None = None,
 ) -> Host:
     devices = [DeviceInfo(index=i, name="Simulated GPU", simulated=True) for i in range(gpus)]
     return await register_host(
@@ -56,4 +58,5 @@ async def make_host(
         port_range=port_range,
         devices=devices,
         identity=identity,
+        engine=engine,
     )

@@ -86,7 +86,7 @@ class PendingJobs:
             for t in waiting
         ]
         # Jobs that do not fit are passed over, so smaller ones behind them can run.
-        slots = place(needs, capacity)
+        slots = place(needs, capacity, image=spec.image)
         if isinstance(slots, Unplaceable):
             job.reason = slots.reason
             return False

@@ -589,6 +589,26 @@ export interface components {
             uuid: string | null;
         };
         /**
+         * EngineInfo
+         * @description The container engine an agent can start tasks in, as it says in its hello.
+         */
+        EngineInfo: {
+            /** Images */
+            images?: string[];
+            /**
+             * Kind
+             * @default docker
+             */
+            kind: string;
+            /**
+             * Nvidia
+             * @default false
+             */
+            nvidia: boolean;
+            /** Version */
+            version: string;
+        };
+        /**
          * ErrorBody
          * @description The body of every error answer but invalid input.
          */
@@ -680,6 +700,8 @@ export interface components {
             agent_version: string | null;
             /** Devices */
             devices: components["schemas"]["DeviceRead"][];
+            /** @description The container engine its agent can start tasks in (environment.image); null: it has none, and runs no job that names an image. */
+            engine: components["schemas"]["EngineInfo"] | null;
             /** Heartbeat Age Seconds */
             heartbeat_age_seconds: number;
             /**
@@ -712,6 +734,7 @@ export interface components {
             address: string;
             /** Devices */
             devices: components["schemas"]["DeviceUsage"][];
+            engine: components["schemas"]["EngineInfo"] | null;
             /** Heartbeat Age Seconds */
             heartbeat_age_seconds: number;
             /** Name */
@@ -860,6 +883,8 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /** @description Where every task runs: a container image (hosts with a container engine only) or an interpreter on the hosts; null for the agent's own interpreter. */
+            environment?: components["schemas"]["RuntimeEnvironment"] | null;
             /** @description Export the trained model when fit ends successfully; {} for the defaults. */
             export?: components["schemas"]["ExportOptions"] | null;
             /**
@@ -1077,6 +1102,22 @@ export interface components {
              * @enum {string}
              */
             policy: "never" | "on_failure" | "exit_code";
+        };
+        /**
+         * RuntimeEnvironment
+         * @description At most one of `image` and `python`; neither means the agent's own interpreter.
+         */
+        RuntimeEnvironment: {
+            /**
+             * Image
+             * @description Run each task in a container of this image (host network, the task's GPUs, the code bundle and checkpoint root mounted); the image needs TensorFlow.
+             */
+            image?: string | null;
+            /**
+             * Python
+             * @description Run `python` as this interpreter, already installed on every host.
+             */
+            python?: string | null;
         };
         /** Series */
         Series: {

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
 from agents.protocol import ServerMessage
+from agents.runtime_environment import EngineInfo
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import create_engine, session_factory
@@ -72,9 +73,11 @@ class World:
             note()
         return tx.outbox
 
-    async def host(self, name: str = "host-a", gpus: int = 2) -> Host:
+    async def host(
+        self, name: str = "host-a", gpus: int = 2, engine: EngineInfo | None = None
+    ) -> Host:
         async with self.sessions() as session:
-            host = await make_host(session, name, gpus=gpus)
+            host = await make_host(session, name, gpus=gpus, engine=engine)
             await session.commit()
         self.hub.names.add(name)
         return host

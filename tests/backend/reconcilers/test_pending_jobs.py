@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agents.protocol import StartTask, TaskKey
+from agents.runtime_environment import EngineInfo
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
@@ -82,3 +83,36 @@ async def test_waits_for_the_previous_attempt_to_stop(world: World) -> None:
     assert (
         await world.load(job_id)
     ).reason == "waiting for the tasks of its previous attempt to stop"
+
+
+DOCKER = EngineInfo(version="27.3.1")
+IMAGE = "tensorflow/tensorflow:2.21.0"
+
+
+async def test_an_image_job_waits_with_the_reason_until_a_host_has_an_engine(
+    world: World,
+) -> None:
+    await world.host("local-0", gpus=2)
+    job_id = await world.job("parameter_server", environment={"image": IMAGE})
+    outbox = await world.run(pending_jobs(world))
+    job = await world.load(job_id)
+    assert job.status is JobStatus.pending
+    assert job.reason == f"no host can run image {IMAGE}: local-0 has no container engine"
+    assert outbox.messages == []
+
+    await world.host("local-1", gpus=2, engine=DOCKER)
+    world.hub.changes += 1  # as its agent's attach does
+    outbox = await world.run(pending_jobs(world))
+    job = await world.load(job_id)
+    assert job.status is JobStatus.scheduled, job.reason
+    assert {t.host.name for t in job.tasks if t.host is not None} == {"local-1"}
+    starts = [m for _, m in outbox.messages if isinstance(m, StartTask)]
+    assert sorted(m.key.task for m in starts) == ["chief:0", "ps:0", "worker:0", "worker:1"]
+    assert {m.environment.image for m in starts if m.environment is not None} == {IMAGE}
+    assert all(m.environment is not None for m in starts)
+
+
+async def test_a_job_without_an_image_still_uses_hosts_without_an_engine(world: World) -> None:
+    await world.host("local-0", gpus=2)
+    job = await world.placed("mirrored", environment={"python": "/opt/tf/bin/python"})
+    assert job.reason == "placed on local-0"
