@@ -13,7 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from agents.tls import CA_FILE_ENV, client_ssl
 from backend.checkpoints.schemas import CheckpointNow, CheckpointRead
 from backend.code.schemas import LIMIT_HEADER as CODE_LIMIT_HEADER
-from backend.code.schemas import CodeBundleRead
+from backend.code.schemas import CodeBundleRead, CodeManifest
 from backend.hosts.schemas import HostRead
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.tokens.schemas import TokenCreated, TokenRead
@@ -144,6 +144,10 @@ class StrataClient:
             timeout=600.0,
         )
 
+    def code_manifest(self, sha256: str) -> CodeManifest:
+        """What the stored bundle `sha256` holds (ClientError 404 when it is not stored)."""
+        return self._request("GET", f"/code/{sha256}/manifest", _MANIFEST)
+
     def jobs(self, *, statuses: list[str], limit: int, offset: int = 0) -> JobPage:
         params: dict[str, Any] = {"status": statuses, "limit": limit, "offset": offset}
         return self._request("GET", "/jobs", _JOB_PAGE, params=params)
@@ -202,6 +206,7 @@ class StrataClient:
 # What each route answers (its response_model), read straight from the JSON.
 _JOB = TypeAdapter(JobRead)
 _CODE = TypeAdapter(CodeBundleRead)
+_MANIFEST = TypeAdapter(CodeManifest)
 _JOB_PAGE = TypeAdapter(JobPage)
 _EVENTS = TypeAdapter(list[JobEventRead])
 _CHECKPOINT_NOW = TypeAdapter(CheckpointNow)

@@ -1,4 +1,4 @@
-"""Code bundles: upload (admin), and fetch (agents) by SHA-256."""
+"""Code bundles: upload (admin), fetch (agents) by SHA-256, and what one holds (readers)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import FileResponse
 
 from backend.api.body import declared_length
-from backend.api.deps import AdminPrincipal, app_state, require
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, app_state, require
 from backend.auth import Principal, TokenKind
-from backend.code.schemas import LIMIT_HEADER, CodeBundleRead
+from backend.code.schemas import LIMIT_HEADER, CodeBundleRead, CodeManifest
 from backend.code.store import CodeStore
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
 
@@ -74,3 +74,13 @@ async def get_code(sha256: Digest, store: CodeStoreDep, _: FetcherPrincipal) -> 
     if store.size(sha256) is None:
         raise NotFound(f"no code bundle {sha256}")
     return FileResponse(store.path(sha256), media_type="application/x-tar")
+
+
+@router.get("/{sha256}/manifest", response_model=CodeManifest, responses=error_responses(400, 404))
+async def get_code_manifest(
+    sha256: Digest, store: CodeStoreDep, _: ReaderPrincipal
+) -> CodeManifest:
+    """What a stored bundle holds: its size, and its members (path, size, kind) in archive
+    order, the first 10,000 listed and the rest counted. Readers (admin and viewer tokens)
+    may see it, as they see the jobs that run in it; the bytes are for agents."""
+    return await store.manifest(sha256)

@@ -5,10 +5,19 @@ about it (its size is the file's): a table would only repeat the directory, and 
 disagree with it. An upload is written under a temporary name in the same directory while
 it is hashed, and renamed into place only when it is whole and its hash is the name it was
 sent under, so a reader never sees half a bundle and a failed upload leaves nothing.
+
+What a bundle holds (its manifest: members, sizes, kinds) is read from the tar once, before
+the rename, and kept beside it as `<sha256>.manifest.json`: like the bundle it never changes,
+it is derived from the bundle alone, and it lives and goes with the bundle's file, so a file
+rather than a table keeps the store's one source of truth (the directory) and needs no
+migration. The manifest is written before the bundle is renamed into place; a bundle found
+without one (stored before manifests were kept, or by a server that died between the two
+renames) has it read again on first request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -21,7 +30,9 @@ from pathlib import Path
 
 from starlette.requests import ClientDisconnect
 
-from backend.errors import DomainError, PayloadTooLarge
+from backend.code.manifest import NotATar, read_manifest
+from backend.code.schemas import CodeManifest
+from backend.errors import DomainError, NotFound, PayloadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +71,9 @@ class CodeStore:
 
     def path(self, sha256: str) -> Path:
         return self.root / f"{check_digest(sha256)}.tar"
+
+    def manifest_path(self, sha256: str) -> Path:
+        return self.root / f"{check_digest(sha256)}.manifest.json"
 
     def size(self, sha256: str) -> int | None:
         """The stored bundle's size in bytes, None when there is none."""
@@ -113,6 +127,7 @@ class CodeStore:
                 )
             if final.exists():
                 return Stored(sha256, size, created=False)
+            await self._write_manifest(sha256, partial)
             os.replace(partial, final)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -120,3 +135,34 @@ class CodeStore:
         self.uploads += 1
         log.info("code bundle %s stored (%d bytes)", sha256, size)
         return Stored(sha256, size, created=True)
+
+    async def manifest(self, sha256: str) -> CodeManifest:
+        """What the stored bundle `sha256` holds; NotFound when there is no such bundle."""
+        path = self.path(sha256)
+        if not path.is_file():
+            raise NotFound(f"no code bundle {sha256} on this server: upload it first")
+        try:
+            return CodeManifest.model_validate_json(self.manifest_path(sha256).read_bytes())
+        except (FileNotFoundError, ValueError):
+            pass  # none kept yet, or unreadable: read it again from the bundle
+        return await self._write_manifest(sha256, path)
+
+    async def _write_manifest(self, sha256: str, tar_path: Path) -> CodeManifest:
+        """Read the manifest of the tar at `tar_path` and keep it beside the bundle (written
+        under a temporary name, then renamed); BadBundle when it is not a tar."""
+        try:
+            manifest = await asyncio.to_thread(read_manifest, sha256, tar_path)
+        except NotATar as exc:
+            raise BadBundle(
+                f"code bundle {sha256} cannot be unpacked by agents: {exc}; "
+                "expected a tar archive, like the one `strata submit --code DIR` packs"
+            ) from None
+        target = self.manifest_path(sha256)
+        partial = self.root / f".{target.name}.{secrets.token_hex(6)}.part"
+        try:
+            partial.write_text(manifest.model_dump_json(), encoding="utf-8")
+            os.replace(partial, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+        return manifest

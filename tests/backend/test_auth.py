@@ -31,6 +31,7 @@ ROUTES: list[tuple[str, str]] = [
     ("DELETE", "/tokens/1"),
     ("GET", "/tokens/self"),
     ("PUT", f"/code/{SHA}"),
+    ("GET", f"/code/{SHA}/manifest"),
 ]
 # Routes that agents may call too (they fetch code bundles).
 AGENT_ROUTES: list[tuple[str, str]] = [("GET", f"/code/{SHA}")]

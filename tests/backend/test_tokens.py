@@ -178,8 +178,13 @@ def test_every_route_admits_only_whom_it_should(
     problems = []
     for method, path in routes:
         url = concrete(path)
-        # Agents fetch code bundles; viewers do not.
-        fetches_code = path.startswith("/code/") and method in ("GET", "HEAD")
+        # Agents fetch code bundles; viewers do not. What a bundle holds (its manifest) is
+        # for readers, as the jobs that run in it are.
+        fetches_code = (
+            path.startswith("/code/")
+            and not path.endswith("/manifest")
+            and method in ("GET", "HEAD")
+        )
         reads = (
             method == "GET"
             and not fetches_code

@@ -53,6 +53,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/code/{sha256}/manifest": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Code Manifest
+         * @description What a stored bundle holds: its size, and its members (path, size, kind) in archive
+         *     order, the first 10,000 listed and the rest counted. Readers (admin and viewer tokens)
+         *     may see it, as they see the jobs that run in it; the bytes are for agents.
+         */
+        get: operations["get_code_manifest_code__sha256__manifest_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -407,6 +429,30 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** BundleMember */
+        BundleMember: {
+            /**
+             * Kind
+             * @description file, dir, symlink, hardlink, or other (a device or fifo, which agents refuse to unpack).
+             * @enum {string}
+             */
+            kind: "file" | "dir" | "symlink" | "hardlink" | "other";
+            /**
+             * Path
+             * @description The member's path inside the bundle, '/'-separated.
+             */
+            path: string;
+            /**
+             * Size
+             * @description Bytes, for a file; 0 for anything else.
+             */
+            size: number;
+            /**
+             * Target
+             * @description What a symlink or hardlink names.
+             */
+            target?: string | null;
+        };
         /**
          * CheckpointFrame
          * @description A checkpoint was written (an event of kind `checkpoint`, with the checkpoint beside it).
@@ -544,6 +590,44 @@ export interface components {
             sha256: string;
             /** Size */
             size: number;
+        };
+        /**
+         * CodeManifest
+         * @description What a stored code bundle holds, read from its tar headers when it was stored.
+         */
+        CodeManifest: {
+            /**
+             * Files
+             * @description How many of the members are regular files.
+             */
+            files: number;
+            /**
+             * Listed
+             * @description The members in archive order (sorted by path for bundles `strata submit` packs), the first 10,000 at most.
+             */
+            listed: components["schemas"]["BundleMember"][];
+            /**
+             * Members
+             * @description Every member of the archive: files, dirs and links.
+             */
+            members: number;
+            /**
+             * More
+             * @description Members not in `listed`: 0 unless the bundle is that big.
+             */
+            more: number;
+            /** Sha256 */
+            sha256: string;
+            /**
+             * Size
+             * @description The bundle's (the tar's) size in bytes.
+             */
+            size: number;
+            /**
+             * Unpacked Size
+             * @description The bytes its files hold once unpacked.
+             */
+            unpacked_size: number;
         };
         /**
          * CodeRef
@@ -1590,6 +1674,74 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    get_code_manifest_code__sha256__manifest_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The bundle's SHA-256: 64 lowercase hex characters. */
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeManifest"];
+                };
+            };
+            /** @description The request cannot be taken as it is (the message names the problem). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
             };
             /** @description Invalid input: every offending field, each with what was expected. */
             422: {
