@@ -115,7 +115,13 @@ async def agent_channel(
     replaced = hub.attach(connection)
     if replaced is not None:
         await replaced.close(1000, "replaced by a newer connection from the same agent")
-    log.info("agent %s joined from %s", hello.name, hello.address)
+    engine = hello.engine
+    log.info(
+        "agent %s joined from %s (%s)",
+        hello.name,
+        hello.address,
+        f"container engine {engine.kind} {engine.version}" if engine else "no container engine",
+    )
     try:
         try:
             first = await controller.on_hello(hello)

@@ -3,6 +3,7 @@ GET /hosts, GET /cluster and `strata hosts`, and cleared when a later hello has 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -38,9 +39,16 @@ def _join(client: TestClient, name: str, engine: EngineInfo | None) -> None:
         assert isinstance(receive(ws), Welcome)
 
 
-def test_the_engine_in_a_hello_is_stored_and_shown(client: TestClient) -> None:
-    _join(client, "with-docker", DOCKER)
-    _join(client, "without", None)
+def test_the_engine_in_a_hello_is_stored_and_shown(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="backend.api.agent_channel"):
+        _join(client, "with-docker", DOCKER)
+        _join(client, "without", None)
+    assert "agent with-docker joined from 10.1.2.3 (container engine docker 27.3.1)" in (
+        caplog.text
+    )
+    assert "agent without joined from 10.1.2.3 (no container engine)" in caplog.text
     hosts = {h["name"]: h for h in client.get("/hosts", headers=ADMIN).json()}
     assert hosts["with-docker"]["engine"] == SHOWN
     assert hosts["without"]["engine"] is None

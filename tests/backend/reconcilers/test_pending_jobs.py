@@ -7,7 +7,9 @@ from agents.runtime_environment import EngineInfo
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling.evaluator import request_evaluator
 from backend.scheduling.reconcilers.pending_jobs import PLACEMENTS_PER_PASS, PendingJobs
+from backend.scheduling.transaction import Transaction
 from tests.backend.reconcilers.conftest import World
 
 
@@ -116,3 +118,22 @@ async def test_a_job_without_an_image_still_uses_hosts_without_an_engine(world: 
     await world.host("local-0", gpus=2)
     job = await world.placed("mirrored", environment={"python": "/opt/tf/bin/python"})
     assert job.reason == "placed on local-0"
+
+
+async def test_an_evaluator_asked_for_later_runs_in_the_image_on_an_engine_host(
+    world: World,
+) -> None:
+    await world.host("local-0", gpus=8)
+    await world.host("local-1", gpus=2, engine=DOCKER)
+    job = await world.running("parameter_server", environment={"image": IMAGE})
+    assert {t.host.name for t in job.tasks if t.host is not None} == {"local-1"}
+
+    class StartEvaluator:
+        async def reconcile(self, tx: Transaction) -> None:
+            await request_evaluator(tx, job_id=job.id, action="start")
+
+    outbox = await world.run(StartEvaluator())
+    (start,) = [m for _, m in outbox.messages if isinstance(m, StartTask)]
+    assert start.key.task == "evaluator:0"
+    assert start.environment is not None and start.environment.image == IMAGE
+    assert [host for host, _ in outbox.messages] == ["local-1"]
