@@ -55,3 +55,6 @@ export type HistoryEndFrame = Schemas["HistoryEndFrame"];
 export type StreamFrame = Schemas["StreamFrame"];
 /** The one frame a client sends: the first, with the last cursor it saw (null: all history). */
 export type Subscribe = Schemas["Subscribe"];
+
+/** What a stored code bundle holds (GET /code/{sha256}/manifest). */
+export type CodeManifest = Schemas["CodeManifest"];

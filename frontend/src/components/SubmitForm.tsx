@@ -1,11 +1,13 @@
 // Submit a job spec written as YAML or JSON. The server's 422 names each bad field; the
-// message is listed under the editor and the line that holds the field is marked.
+// message is listed under the editor and the line that holds the field is marked. A job runs
+// in the agents' workspace, or in a code bundle already on the server: its digest, given in
+// the form, becomes the spec's `code.sha256` (the server says so when it has no such bundle).
 import { useMemo, useRef, useState } from "preact/hooks";
 import { getAccess, onAccess, READ_ONLY } from "../api/access";
 import { ApiError, api } from "../api/client";
 import type { FieldIssue, Job } from "../api/types";
 import { EXAMPLES } from "../data/examples";
-import { contentType, detectFormat, locateField, type SpecFormat } from "../data/specText";
+import { contentType, detectFormat, locateField, type SpecFormat, withCodeBundle } from "../data/specText";
 import { useSubscription } from "../ui/hooks";
 
 const DRAFT_KEY = "strata.spec-draft";
@@ -25,23 +27,29 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
   const [issues, setIssues] = useState<FieldIssue[]>([]);
   const [failure, setFailure] = useState<string | null>(null);
   const [issuesFor, setIssuesFor] = useState<string | null>(null);
+  const [digest, setDigest] = useState("");
   const area = useRef<HTMLTextAreaElement>(null);
   useSubscription(onAccess);
   const readOnly = getAccess() === "viewer";
   const gutter = useRef<HTMLDivElement>(null);
   const sent: SpecFormat = format === "auto" ? detectFormat(text) : format;
 
+  // The server names code.sha256 for a digest it does not know: that goes beside the field.
+  const isBundleIssue = (issue: FieldIssue) => digest.trim() !== "" && issue.field.startsWith("code");
+  const bundleIssues = issues.filter(isBundleIssue);
+  const specIssues = issues.filter((issue) => !isBundleIssue(issue));
+
   const lineCount = text.split("\n").length;
   // Marks stay on the text they were computed for; an edit clears them.
   const marked = useMemo(() => {
     const lines = new Map<number, string>();
     if (issuesFor !== text) return lines;
-    for (const issue of issues) {
+    for (const issue of issues.filter((x) => !isBundleIssue(x))) {
       const line = locateField(text, issue.field, issue.message);
       if (line !== null && !lines.has(line)) lines.set(line, issue.field || "document");
     }
     return lines;
-  }, [issues, issuesFor, text]);
+  }, [issues, digest, issuesFor, text]);
 
   function update(value: string) {
     setText(value);
@@ -68,15 +76,18 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
     setBusy(true);
     setIssues([]);
     setFailure(null);
+    const bundle = digest.trim();
     try {
-      const job = await api.post("/jobs", { raw: { text, contentType: contentType(sent) } });
+      const body = bundle ? withCodeBundle(text, sent, bundle) : text;
+      const job = await api.post("/jobs", { raw: { text: body, contentType: contentType(sent) } });
       onSubmitted(job);
     } catch (error) {
       if (error instanceof ApiError) {
         if (error.issues.length) {
           setIssues(error.issues);
           setIssuesFor(text);
-          setFailure(error.status === 422 ? "The server refused the spec:" : error.detail);
+          const onlyBundle = bundle !== "" && error.issues.every((issue) => issue.field.startsWith("code"));
+          setFailure(onlyBundle ? null : error.status === 422 ? "The server refused the spec:" : error.detail);
         } else {
           setFailure(error.detail);
         }
@@ -140,9 +151,9 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
             {failure}
           </div>
         ) : null}
-        {issues.length ? (
+        {specIssues.length ? (
           <ul class="field-errors" data-testid="spec-errors">
-            {issues.map((issue, i) => (
+            {specIssues.map((issue, i) => (
               <li key={i} data-testid="spec-error" data-field={issue.field} onClick={() => goTo(issue)} title="Show in the editor">
                 <code>{issue.field || "spec"}</code>
                 <span>{issue.message}</span>
@@ -150,6 +161,30 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
             ))}
           </ul>
         ) : null}
+        <label class="bundle-field">
+          <span class="muted">Code bundle (SHA-256)</span>
+          <input
+            type="text"
+            class="mono"
+            value={digest}
+            placeholder="none: the job runs in the agents' workspace"
+            spellcheck={false}
+            autocomplete="off"
+            maxLength={200}
+            onInput={(e) => setDigest((e.target as HTMLInputElement).value)}
+            aria-invalid={bundleIssues.length ? "true" : undefined}
+            data-testid="bundle-digest-input"
+          />
+          <span class="faint hint">
+            A bundle already uploaded (<code>strata submit --code DIR</code> uploads one); it becomes the spec's{" "}
+            <code>code.sha256</code>.
+          </span>
+        </label>
+        {bundleIssues.map((issue, i) => (
+          <div key={i} class="notice" role="alert" data-testid="bundle-error" data-field={issue.field}>
+            {issue.message}
+          </div>
+        ))}
         <div class="row" style={{ marginTop: "12px" }}>
           <label class="row muted" style={{ gap: "6px" }}>
             Send as

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { contentType, detectFormat, locateField } from "./specText";
+import { contentType, detectFormat, locateField, withCodeBundle } from "./specText";
 
 const YAML = `# a comment that mentions replicas: and ps:
 name: digits-ps
@@ -38,5 +38,26 @@ describe("spec text", () => {
 
   it("uses the line a parse error names", () => {
     expect(locateField(YAML, "", "the body is not valid YAML: ... line 4, column 3")).toBe(3);
+  });
+});
+
+describe("a spec sent with a code bundle", () => {
+  const digest = "ab".repeat(32);
+
+  it("adds the code section to YAML, replacing one that is there", () => {
+    expect(withCodeBundle("name: x\nstrategy: mirrored\n", "yaml", digest)).toBe(
+      `name: x\nstrategy: mirrored\ncode:\n  sha256: "${digest}"\n`,
+    );
+    const withDir = "name: x\ncode:\n  dir: src\n  # comment\n\nstrategy: mirrored\ncode: {sha256: old}\n";
+    expect(withCodeBundle(withDir, "yaml", digest)).toBe(
+      `name: x\nstrategy: mirrored\ncode:\n  sha256: "${digest}"\n`,
+    );
+  });
+
+  it("sets code in a JSON object and leaves what is not one alone", () => {
+    const sent = withCodeBundle('{"name": "x", "code": {"dir": "."}}', "json", digest);
+    expect(JSON.parse(sent)).toEqual({ name: "x", code: { sha256: digest } });
+    expect(withCodeBundle("[1, 2]", "json", digest)).toBe("[1, 2]");
+    expect(withCodeBundle("{not json", "json", digest)).toBe("{not json");
   });
 });

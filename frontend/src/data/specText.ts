@@ -51,3 +51,33 @@ export function locateField(text: string, field: string, message = ""): number |
   }
   return found;
 }
+
+/** The spec text with its `code` section set to `{sha256: digest}` (the job runs in that
+ * stored bundle), for sending; any `code` section the text has is replaced. JSON is parsed
+ * and written again; YAML is edited as text: a top-level `code:` key and the lines indented
+ * under it are dropped, and the new section is added at the end. A text that is not a JSON
+ * object or a YAML mapping is sent as it is, for the server to say what is wrong with it. */
+export function withCodeBundle(text: string, format: SpecFormat, digest: string): string {
+  if (format === "json") {
+    try {
+      const spec: unknown = JSON.parse(text);
+      if (spec === null || typeof spec !== "object" || Array.isArray(spec)) return text;
+      return JSON.stringify({ ...(spec as Record<string, unknown>), code: { sha256: digest } }, null, 2);
+    } catch {
+      return text;
+    }
+  }
+  const kept: string[] = [];
+  let inCode = false;
+  for (const line of text.replace(/\s+$/, "").split("\n")) {
+    if (/^code\s*:/.test(line)) {
+      inCode = true;
+      continue;
+    }
+    // Lines under `code:` are indented (or blank, or comments); the next top-level line ends it.
+    if (inCode && (/^\s/.test(line) || line === "")) continue;
+    inCode = false;
+    kept.push(line);
+  }
+  return `${kept.join("\n")}\ncode:\n  sha256: ${JSON.stringify(digest)}\n`;
+}

@@ -5,6 +5,7 @@ import { ApiError, api } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
 import { isFinished, type Job, type Task } from "../api/types";
 import { CheckpointsTable } from "../components/CheckpointsTable";
+import { CodeBundleCard } from "../components/CodeBundle";
 import { Card, ErrorState, Loading, StatusBadge } from "../components/common";
 import { confirmAction } from "../components/ConfirmDialog";
 import { EventsTimeline } from "../components/EventsTimeline";
@@ -414,6 +415,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
           </div>
         </div>
         <div class="job-side">
+          {job.spec.code ? <CodeBundleCard sha256={job.spec.code.sha256} /> : null}
           <Card
             title="Events"
             flush
