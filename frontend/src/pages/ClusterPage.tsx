@@ -117,6 +117,26 @@ function heartbeatClass(age: number, status: string): string {
   return age < 6 ? "hb-late" : "hb-dead";
 }
 
+// The container engine its agent can run `environment.image` jobs in; a host without one
+// takes only jobs that run in the agent's own (or another installed) interpreter.
+function EngineTag({ engine }: { engine: HostUsage["engine"] }) {
+  if (!engine) {
+    return (
+      <span class="faint" style={{ fontSize: "12px" }} data-testid="host-engine" title="Jobs with environment.image are not placed here">
+        no container engine
+      </span>
+    );
+  }
+  const images = engine.images ?? [];
+  const title = images.length ? `${images.length} images present:\n${images.join("\n")}` : "No images present yet (pulled when a task needs one)";
+  return (
+    <span class="tag mono" data-testid="host-engine" title={title}>
+      {engine.kind} {engine.version}
+      {engine.nvidia ? " · nvidia" : ""}
+    </span>
+  );
+}
+
 function HostCard({ host, age }: { host: HostUsage; age: number }) {
   const gpus = host.devices;
   const cpuTasks = host.tasks.filter((t) => t.gpus.length === 0);
@@ -126,6 +146,7 @@ function HostCard({ host, age }: { host: HostUsage; age: number }) {
         <h2>{host.name}</h2>
         <StatusBadge status={host.status} testid="host-status" />
         <div class="grow" />
+        <EngineTag engine={host.engine} />
         <span class="muted mono" style={{ fontSize: "12px" }}>
           {host.address}
         </span>
