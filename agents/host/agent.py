@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 from agents.host.bundles import DEFAULT_CACHE_BYTES, BundleCache, http_fetcher
 from agents.host.channel import Channel
+from agents.host.containers import DockerEngine
 from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
 from agents.host.identity import StateDirLock, default_state_dir, load_or_create_identity
@@ -39,6 +40,7 @@ class AgentConfig:
     ca_file: str | None = None  # trusted for an https:// server, by the agent and its tasks
     state_dir: Path | None = None  # its identity and lock; None: default_state_dir(name)
     bundle_cache_bytes: int = DEFAULT_CACHE_BYTES  # unpacked code bundles kept (LRU)
+    containers: bool = True  # run environment.image tasks if a Docker engine answers
 
 
 def default_address(server_url: str) -> str:
@@ -68,9 +70,11 @@ class Agent:
         # Keyed by the identity too: a second agent started on this host under the same name
         # (refused by the server, but only once it has said hello) must not take the first
         # one's attempts for its own leftovers and end them at start.
-        self.containments = Containments.probe(
-            namespace_for(f"{self.identity[:12]}.{config.name}", config.server_url)
-        )
+        self.namespace = namespace_for(f"{self.identity[:12]}.{config.name}", config.server_url)
+        self.containments = Containments.probe(self.namespace)
+        # The container engine for environment.image, when this host has one that answers.
+        self.engine = DockerEngine.connect() if config.containers else None
+        self.engine_info = self.engine.info() if self.engine is not None else None
         self.supervisor = Supervisor(
             config.workspace,
             config.server_url,
@@ -82,6 +86,9 @@ class Agent:
                 http_fetcher(config.server_url, config.token, config.ca_file),
                 max_bytes=config.bundle_cache_bytes,
             ),
+            engine=self.engine,
+            agent_label=self.namespace,
+            nvidia=self.engine_info.nvidia if self.engine_info is not None else False,
         )
         self.channel = Channel(
             config.server_url,
@@ -106,6 +113,7 @@ class Agent:
             address=self.config.address,
             port_range=self.config.port_range,
             devices=self.devices,
+            engine=self.engine_info,
             version=AGENT_VERSION,
             running=self.supervisor.running(),
             finished=list(self.supervisor.finished.values())[-50:],
@@ -127,6 +135,10 @@ class Agent:
         log.info("tasks are contained by %s", self.containments.kind)
         for ended in await self.containments.end_leftovers():
             log.warning("ended what was left of %s, which this agent no longer runs", ended)
+        if self.engine is not None and self.engine_info is not None:
+            log.info("containers run on docker %s", self.engine_info.version)
+            for removed in await asyncio.to_thread(self.engine.remove_leftovers, self.namespace):
+                log.warning("removed the container of %s, which this agent no longer runs", removed)
         channel = asyncio.create_task(self.channel.run_forever())
         done, _ = await asyncio.wait(
             [channel, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
@@ -134,6 +146,8 @@ class Agent:
         log.info("agent %s stopping its tasks", self.config.name)
         await self.supervisor.stop_all(self.config.stop_grace_seconds)
         self.containments.close()
+        if self.engine is not None:
+            self.engine.close()
         self.supervisor.flush_logs()
         await asyncio.sleep(0.2)  # let the writer send the last exits while it can
         channel.cancel()

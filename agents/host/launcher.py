@@ -24,6 +24,12 @@ from agents.host.containment import (
     attempt_name,
 )
 from agents.host.lines import LineSplitter
+from agents.host.runtime_path import (
+    AGENT_PYTHON,
+    host_runtime_dir,
+    interpreter_version,
+    with_runtime_path,
+)
 from agents.memory_size import format_memory
 from agents.protocol import MAX_LOG_LINE, StartTask, TaskExit, TaskKey
 
@@ -68,9 +74,10 @@ def resolve_working_dir(workspace: Path, relative: str) -> Path:
     return target
 
 
-def resolve_argv(argv: list[str]) -> list[str]:
-    """`python` means this agent's own interpreter, so tasks see the same packages."""
-    return [sys.executable, *argv[1:]] if argv[0] in PYTHON_NAMES else list(argv)
+def resolve_argv(argv: list[str], python: str | None = None) -> list[str]:
+    """`python` means the job's interpreter (environment.python), or else this agent's own,
+    so that tasks see the same packages."""
+    return [python or sys.executable, *argv[1:]] if argv[0] in PYTHON_NAMES else list(argv)
 
 
 def task_env(
@@ -101,13 +108,6 @@ def marker_for(key: TaskKey) -> str:
     return f"unmanaged-{os.getpid()}/{attempt_name(key)}"
 
 
-def _new_termination_file() -> Path:
-    """An empty file only this agent's user can write, for the task to explain a refusal."""
-    handle, name = tempfile.mkstemp(prefix="strata-termination-", suffix=".json")
-    os.close(handle)
-    return Path(name)
-
-
 class _Protocol(asyncio.SubprocessProtocol):
     """Output as it comes, and the main process's exit as soon as it is reaped: asyncio's own
     ``Process.wait`` also waits for the pipes, which a descendant can hold open for ever."""
@@ -133,6 +133,57 @@ class _Protocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
+class TaskOutput:
+    """An attempt's stdout and stderr, cut into lines for ``on_lines``, with the last few
+    kept for its exit."""
+
+    def __init__(
+        self, key: TaskKey, on_lines: Callable[[TaskKey, list[str]], None], line_limit: int
+    ) -> None:
+        self.key = key
+        self._on_lines = on_lines
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._splitters = {1: LineSplitter(line_limit), 2: LineSplitter(line_limit)}
+
+    def feed(self, fd: int, data: bytes) -> None:
+        self.emit(self._splitters[fd].feed(data))
+
+    def emit(self, lines: list[str]) -> None:
+        if lines:
+            self.tail.extend(lines)
+            self._on_lines(self.key, lines)
+
+    def close(self) -> None:
+        for splitter in self._splitters.values():
+            self.emit(splitter.close())
+
+
+def new_termination_file() -> Path:
+    """An empty file only this agent's user can write, for the task to explain a refusal."""
+    handle, name = tempfile.mkstemp(prefix="strata-termination-", suffix=".json")
+    os.close(handle)
+    return Path(name)
+
+
+def read_refusal(path: Path | None) -> str | None:
+    """The reason the task gave for stopping for good, if it wrote one (then removed)."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as source:
+            raw = source.read(MAX_TERMINATION_BYTES)
+        path.unlink(missing_ok=True)
+    except OSError:
+        return None
+    if not raw:
+        return None
+    try:
+        reason = json.loads(raw.decode("utf-8", "replace")).get("reason")
+    except (ValueError, AttributeError):
+        return None
+    return str(reason)[:4096] if reason else None
+
+
 class TaskProcess:
     """One running attempt. Output lines go to ``on_lines``; ``wait`` returns how it ended.
 
@@ -148,11 +199,9 @@ class TaskProcess:
         line_limit: int = MAX_LOG_LINE,
     ) -> None:
         self.key = key
-        self._on_lines = on_lines
-        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.output = TaskOutput(key, on_lines, line_limit)
         self._transport: asyncio.SubprocessTransport | None = None
         self._protocol: _Protocol | None = None
-        self._splitters = {1: LineSplitter(line_limit), 2: LineSplitter(line_limit)}
         self._termination_file: Path | None = None
         self.containment = containment or ProcessTreeContainment(marker_for(key))
         self.stop_requested = False
@@ -169,9 +218,12 @@ class TaskProcess:
     ) -> None:
         cwd = resolve_working_dir(workspace, command.working_dir)
         env = task_env(os.environ, command.env, server_url, ca_file)
+        python = command.environment.python if command.environment else None
+        if python is not None:
+            await self._lend_runtime(python, env)
         self._limit_memory(command.memory_limit)
         env[MARKER_ENV] = self.containment.marker
-        self._termination_file = _new_termination_file()
+        self._termination_file = new_termination_file()
         env[TaskEnvironment.variable("termination_file")] = str(self._termination_file)
         containment = self.containment
 
@@ -182,8 +234,8 @@ class TaskProcess:
         loop = asyncio.get_running_loop()
         try:
             self._transport, self._protocol = await loop.subprocess_exec(
-                lambda: _Protocol(self._on_data),
-                *resolve_argv(command.argv),
+                lambda: _Protocol(self.output.feed),
+                *resolve_argv(command.argv, python),
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -201,6 +253,22 @@ class TaskProcess:
             raise LaunchError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from exc
         self.containment.attach(self._transport.get_pid())
 
+    async def _lend_runtime(self, python: str, env: dict[str, str]) -> None:
+        """Another interpreter gets Strata's runtime from this agent (see runtime_path)."""
+        try:
+            version = await interpreter_version(python)
+        except RuntimeError as exc:
+            raise LaunchError(str(exc)) from None
+        with_runtime_path(env, str(host_runtime_dir()))
+        if version != AGENT_PYTHON:
+            self.output.emit(
+                [
+                    f"strata: environment.python {python} is Python {version}; the runtime this"
+                    f" agent lends is for Python {AGENT_PYTHON}, so importing agents.runtime"
+                    " may fail there"
+                ]
+            )
+
     def _limit_memory(self, limit: int | None) -> None:
         if limit is None:
             return
@@ -213,20 +281,12 @@ class TaskProcess:
         if enforced:
             self.memory_limit = limit
         else:
-            self._emit(
+            self.output.emit(
                 [
                     f"strata: this host cannot enforce the memory limit of {format_memory(limit)}"
                     " (the agent has no memory cgroup); the task runs without one"
                 ]
             )
-
-    def _on_data(self, fd: int, data: bytes) -> None:
-        self._emit(self._splitters[fd].feed(data))
-
-    def _emit(self, lines: list[str]) -> None:
-        if lines:
-            self._tail.extend(lines)
-            self._on_lines(self.key, lines)
 
     async def wait(self) -> TaskExit:
         assert self._transport is not None and self._protocol is not None
@@ -251,38 +311,24 @@ class TaskProcess:
                 asyncio.gather(*self._protocol.closed.values()), timeout=DRAIN_SECONDS
             )
         self._transport.close()
-        for splitter in self._splitters.values():
-            self._emit(splitter.close())
+        self.output.close()
         died_of = -code if code < 0 else None
         return TaskExit(
             key=self.key,
             exit_code=128 + died_of if died_of else code,
             signal=died_of,
-            refused=self._read_refusal(),
-            log_tail=list(self._tail),
+            refused=read_refusal(self._termination_file),
+            log_tail=list(self.output.tail),
             over_memory_limit=over,
             cpu_seconds=usage.cpu_seconds,
             memory_peak_bytes=usage.memory_peak_bytes,
         )
 
-    def _read_refusal(self) -> str | None:
-        """The reason the task gave for stopping for good, if it wrote one (then removed)."""
-        path, self._termination_file = self._termination_file, None
-        if path is None:
-            return None
-        try:
-            with path.open("rb") as source:
-                raw = source.read(MAX_TERMINATION_BYTES)
-            path.unlink(missing_ok=True)
-        except OSError:
-            return None
-        if not raw:
-            return None
-        try:
-            reason = json.loads(raw.decode("utf-8", "replace")).get("reason")
-        except (ValueError, AttributeError):
-            return None
-        return str(reason)[:4096] if reason else None
+    async def abandon(self) -> None:
+        """It never started: remove what was made for it."""
+        if self._termination_file is not None:
+            self._termination_file.unlink(missing_ok=True)
+        await self.containment.end(within=1)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM to every process of the attempt, then SIGKILL to all of them once the grace

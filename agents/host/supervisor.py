@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.host.bundles import BundleCache, BundleError
+from agents.host.container_task import ContainerTask
+from agents.host.containers import DockerEngine
 from agents.host.containment import Containments, reap_orphans
 from agents.host.launcher import LaunchError, TaskProcess
 from agents.protocol import (
@@ -30,6 +32,7 @@ from agents.protocol import (
 
 log = logging.getLogger(__name__)
 
+Attempt = TaskProcess | ContainerTask
 FINISHED_KEPT = 200  # exits remembered for the next hello, in case the channel was down
 LOG_BUFFER_LINES = 20_000  # per task while the server is unreachable; older lines are dropped
 
@@ -89,15 +92,22 @@ class Supervisor:
         ca_file: str | None = None,
         containments: Containments | None = None,
         bundles: BundleCache | None = None,
+        engine: DockerEngine | None = None,
+        agent_label: str = "",
+        nvidia: bool = False,
     ) -> None:
         self.workspace = workspace
+        # Where environment.image attempts run; None: they fail with the reason.
+        self.engine = engine
+        self.agent_label = agent_label  # on this agent's containers, to find its leftovers
+        self.nvidia = nvidia
         self.bundles = bundles  # None: starts that name a code bundle fail
         # None: each attempt is its process tree, session and marker (no cgroups, no probe)
         self.containments = containments
         self.server_url = server_url
         self.ca_file = ca_file
         self._send = send
-        self._tasks: dict[TaskKey, TaskProcess] = {}
+        self._tasks: dict[TaskKey, Attempt] = {}
         self._bundle_of: dict[TaskKey, str | None] = {}  # the code bundle each attempt holds
         self._watchers: set[asyncio.Task[None]] = set()
         self._spawning = 0  # starts under way: their main pids are not known yet
@@ -115,12 +125,11 @@ class Supervisor:
             return  # a resent start: this attempt already runs, or already ran
         self._logs[key] = LogBuffer()
         try:
-            containment = self.containments.create(key) if self.containments else None
-        except OSError as exc:
-            log.warning("cannot contain %s of job %s: %s", key.task, key.job_id, exc)
-            self._finish(TaskExit(key=key, exit_code=None, error=f"cannot contain the task: {exc}"))
+            process = self._attempt(command)
+        except (OSError, LaunchError) as exc:
+            log.warning("cannot start %s of job %s: %s", key.task, key.job_id, exc)
+            self._finish(TaskExit(key=key, exit_code=None, error=str(exc)))
             return
-        process = TaskProcess(key, self._collect_lines, containment, self.line_limit)
         self._spawning += 1
         bundle = command.code_sha256
         try:
@@ -132,7 +141,7 @@ class Supervisor:
                 raise
         except LaunchError as exc:
             log.warning("cannot start %s of job %s: %s", key.task, key.job_id, exc)
-            await process.containment.end(within=1)  # nothing runs there: remove its cgroups
+            await process.abandon()  # nothing runs there: remove its cgroups or container
             self._finish(TaskExit(key=key, exit_code=None, error=str(exc)))
             return
         finally:
@@ -150,6 +159,26 @@ class Supervisor:
         watcher = asyncio.create_task(self._watch(process))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
+
+    def _attempt(self, command: StartTask) -> Attempt:
+        """A container for environment.image, else processes in their containment."""
+        image = command.environment.image if command.environment else None
+        if image is not None:
+            if self.engine is None:
+                raise LaunchError(f"this host has no container engine to run image {image!r}")
+            return ContainerTask(
+                command.key,
+                self._collect_lines,
+                self.engine,
+                self.agent_label,
+                nvidia=self.nvidia,
+                line_limit=self.line_limit,
+            )
+        try:
+            containment = self.containments.create(command.key) if self.containments else None
+        except OSError as exc:
+            raise LaunchError(f"cannot contain the task: {exc}") from exc
+        return TaskProcess(command.key, self._collect_lines, containment, self.line_limit)
 
     async def _code_root(self, bundle: str | None) -> Path:
         """Where the attempt's working_dir is resolved: its code bundle, or the workspace."""
@@ -175,7 +204,7 @@ class Supervisor:
         await asyncio.gather(*(p.stop(grace) for p in list(self._tasks.values())))
         await asyncio.gather(*list(self._watchers), return_exceptions=True)
 
-    async def _watch(self, process: TaskProcess) -> None:
+    async def _watch(self, process: Attempt) -> None:
         exit = await process.wait()
         del self._tasks[process.key]
         self._release(self._bundle_of.pop(process.key, None))

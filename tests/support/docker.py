@@ -702,3 +702,78 @@ def login_token(secrets_output: str, url: str) -> str:
 def _timed_call(timings: dict[str, float], step: str, func: Callable[..., T], *args: Any) -> T:
     with timed(timings, step):
         return func(*args)
+
+
+# What a team's own training image holds: Python, TensorFlow and the data set's library, and
+# no Strata (the agent lends its runtime). The same wheels as the agents, from the lock file.
+TENSORFLOW_IMAGE_PACKAGES = ("tensorflow", "tf-keras", "scikit-learn")
+
+
+@contextlib.contextmanager
+def tensorflow_image(engine: Engine, workdir: Path) -> Iterator[str]:
+    """An image with TensorFlow and without Strata, made offline: the bookworm stand-in rootfs
+    and the wheels `pip download` fetched for this platform, installed in a container that is
+    then committed (no build context: the 650 MB wheelhouse is mounted, not copied). The image
+    is removed afterwards."""
+    log = workdir / "commands.log"
+    wheels = workdir / "wheels"
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--dest",
+            wheels,
+            "--constraint",
+            REPO / "requirements.lock",
+            *TENSORFLOW_IMAGE_PACKAGES,
+        ],
+        timeout=900,
+        log=log,
+    )
+    tag = f"strata-e2e-tf-{secrets.token_hex(4)}"
+    base = f"{tag}-base:local"
+    engine.docker(
+        "import", "--change", f"ENV PATH={STANDIN_PATH}", stand_in_rootfs(log), base, timeout=300
+    )
+    builder = f"{tag}-builder"
+    try:
+        engine.docker(
+            "run",
+            "--name",
+            builder,
+            "--network",
+            "none",
+            "--volume",
+            f"{wheels}:/wheels:ro",
+            base,
+            "sh",
+            "-c",
+            "python3 -m venv /opt/tf && /opt/tf/bin/pip install --quiet --no-index"
+            f" --no-compile --find-links /wheels {' '.join(TENSORFLOW_IMAGE_PACKAGES)}"
+            " && rm -rf /opt/tf/lib/python3*/site-packages/tensorflow/include",
+            timeout=900,
+        )
+        engine.docker(
+            "commit",
+            "--change",
+            f"ENV PATH=/opt/tf/bin:{STANDIN_PATH}",
+            "--change",
+            "ENV LANG=C.UTF-8",
+            "--change",
+            'CMD ["python"]',
+            builder,
+            f"{tag}:local",
+            timeout=300,
+        )
+    finally:
+        engine.docker("rm", "--force", builder, check=False, timeout=120)
+        engine.docker("rmi", "--force", base, check=False, timeout=120)
+        shutil.rmtree(wheels, ignore_errors=True)
+    try:
+        yield f"{tag}:local"
+    finally:
+        engine.docker("rmi", "--force", f"{tag}:local", check=False, timeout=120)
