@@ -20,6 +20,7 @@ import pytest
 import yaml
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
+from backend.code.archive import pack
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 from tests.support.strict import missing_dependency
 
@@ -325,3 +326,74 @@ def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
     assert cluster.job(job_id)["status"] == "succeeded"
     wait_no_processes(job_id)
     assert time.monotonic() - started < 400
+
+
+def bundle_project(root: Path) -> Path:
+    """A code dir with more files than the job page lists before it folds them."""
+    (root / "model").mkdir(parents=True)
+    (root / "configs").mkdir()
+    (root / "train.py").write_text("print('training from a bundle')\n")
+    (root / "README.md").write_text("# A project submitted as a code bundle\n")
+    (root / "model" / "__init__.py").write_text("")
+    for name in ("layers", "losses", "metrics", "schedule", "data"):
+        (root / "model" / f"{name}.py").write_text(f"# {name}\n" * 40)
+    for size in ("small", "base", "large", "xl"):
+        (root / "configs" / f"{size}.yaml").write_text(f"size: {size}\n")
+    return root
+
+
+def test_a_job_submitted_by_bundle_digest_shows_its_bundle(
+    cluster: Cluster, page: Page, tmp_path: Path
+) -> None:
+    bundle = pack(bundle_project(tmp_path / "project"))
+    try:
+        put = cluster.http.put(f"/code/{bundle.sha256}", content=bundle.file.read())
+    finally:
+        bundle.close()
+    assert put.status_code in (200, 201), put.text
+    manifest = cluster.http.get(f"/code/{bundle.sha256}/manifest").json()
+    spec: dict[str, Any] = yaml.safe_load(job_spec_yaml())
+    spec["name"] = "from-a-bundle"
+    spec["replicas"]["worker"]["gpus"] = 8  # stays pending: the page is the point, not training
+    jobs_before = cluster.http.get("/jobs").json()["total"]
+
+    page.goto(f"{cluster.url}/ui/?token={cluster.admin_token}")
+    page.get_by_test_id("jobs-page").wait_for()
+    if not page.get_by_test_id("submit-form").is_visible():
+        page.get_by_test_id("toggle-submit").click()
+    page.get_by_test_id("spec-editor").fill(yaml.safe_dump(spec, sort_keys=False))
+
+    # A digest the server does not know: its message, beside the field, and no job.
+    unknown = "0" * 64
+    page.get_by_test_id("bundle-digest-input").fill(unknown)
+    page.get_by_test_id("submit-job").click()
+    refused = page.locator('[data-testid="bundle-error"][data-field="code.sha256"]')
+    refused.wait_for()
+    assert f"no code bundle {unknown}" in refused.inner_text()
+    assert cluster.http.get("/jobs").json()["total"] == jobs_before, "an unknown bundle made a job"
+    page.get_by_test_id("submit-job").scroll_into_view_if_needed()
+    screenshots(page, "submit-bundle")
+
+    # The bundle the server has: the job runs in it, and its page shows what it holds.
+    page.get_by_test_id("bundle-digest-input").fill(bundle.sha256)
+    page.get_by_test_id("submit-job").click()
+    page.wait_for_function("/^#\\/jobs\\/\\d+$/.test(location.hash)")
+    job_id = int(page.evaluate("location.hash").rsplit("/", 1)[1])
+    try:
+        assert cluster.job(job_id)["spec"]["code"] == {"sha256": bundle.sha256}
+        card = page.get_by_test_id("code-bundle")
+        card.get_by_test_id("bundle-size").wait_for()
+        assert card.get_by_test_id("bundle-digest").get_attribute("data-sha256") == bundle.sha256
+        assert card.get_by_test_id("bundle-size").get_attribute("data-bytes") == str(bundle.size)
+        assert f"{manifest['files']} files" in card.get_by_test_id("bundle-size").inner_text()
+        files = card.get_by_test_id("bundle-file")
+        assert files.count() == 12 < manifest["members"]  # folded
+        assert card.get_by_test_id("bundle-more").count() == 0  # the server lists them all
+        screenshots(page, "job-bundle")
+        card.get_by_test_id("bundle-toggle").click()
+        expect(files).to_have_count(manifest["members"])
+        listed = [files.nth(i).get_attribute("data-path") for i in range(files.count())]
+        assert listed == [member["path"] for member in manifest["listed"]]
+        assert "train.py" in listed and "model/layers.py" in listed
+    finally:
+        cluster.http.post(f"/jobs/{job_id}/cancel")

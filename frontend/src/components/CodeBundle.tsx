@@ -1,5 +1,6 @@
 // The code bundle a job runs in: its digest, size and files, from GET /code/{sha256}/manifest
-// (read by the server when the bundle was stored). A long list is folded after the first files.
+// (read by the server when the bundle was stored). A long list is folded after the first
+// members; past what the server lists (10,000), the rest are only counted.
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, api } from "../api/client";
 import type { CodeManifest } from "../api/types";
@@ -30,7 +31,6 @@ export function CodeBundleCard({ sha256 }: { sha256: string }) {
 
   const listed = manifest?.listed ?? [];
   const shown = open ? listed : listed.slice(0, FOLDED);
-  const rest = manifest ? manifest.members - shown.length : 0;
   return (
     <Card title="Code bundle" testid="code-bundle">
       <div class="bundle-digest mono" data-testid="bundle-digest" data-sha256={sha256} title={sha256}>
@@ -65,12 +65,12 @@ export function CodeBundleCard({ sha256 }: { sha256: string }) {
           </ul>
           {listed.length > FOLDED ? (
             <button type="button" class="small ghost" onClick={() => setOpen(!open)} aria-expanded={open} data-testid="bundle-toggle">
-              {open ? "Show fewer" : `Show all ${listed.length}`}
+              {open ? "Show fewer" : `Show ${listed.length - FOLDED} more`}
             </button>
           ) : null}
-          {rest > 0 ? (
-            <div class="faint" data-testid="bundle-more" data-count={rest}>
-              and {rest} more
+          {manifest.more > 0 ? (
+            <div class="faint" data-testid="bundle-more" data-count={manifest.more}>
+              and {manifest.more} more (the server lists the first {listed.length})
             </div>
           ) : null}
         </>

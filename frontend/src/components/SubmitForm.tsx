@@ -181,7 +181,7 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
           </span>
         </label>
         {bundleIssues.map((issue, i) => (
-          <div key={i} class="notice" role="alert" data-testid="bundle-error" data-field={issue.field}>
+          <div key={i} class="notice bundle-error" role="alert" data-testid="bundle-error" data-field={issue.field}>
             {issue.message}
           </div>
         ))}
