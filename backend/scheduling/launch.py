@@ -9,6 +9,7 @@ from typing import Any
 from agents.environment import TaskEnvironment
 from agents.options import StrategyOptions
 from agents.protocol import StartTask, TaskKey
+from agents.runtime_environment import RuntimeEnvironment
 from agents.vocabulary import Role, Strategy, TaskName
 from backend.jobs.spec import JobSpec
 
@@ -101,5 +102,6 @@ def start_message(
         ),
         # Every task runs in it, the runtime's own servers too: the image brings the
         # TensorFlow they serve variables with.
-        environment=spec.environment,
+        # `environment: {}` is the agent's own interpreter, as no environment is.
+        environment=spec.environment if spec.environment != RuntimeEnvironment() else None,
     )

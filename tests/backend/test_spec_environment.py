@@ -150,7 +150,10 @@ def test_every_task_starts_in_the_environment_the_runtime_servers_too(
         assert wire.environment == RuntimeEnvironment(**environment)
 
 
-def test_without_an_environment_the_start_message_leaves_it_out(tmp_path: Path) -> None:
-    for start in _starts(validate_spec(make_spec()), tmp_path).values():
+@pytest.mark.parametrize("overrides", [{}, {"environment": {}}], ids=["absent", "empty"])
+def test_without_an_environment_the_start_message_leaves_it_out(
+    overrides: dict[str, Any], tmp_path: Path
+) -> None:
+    for start in _starts(validate_spec(make_spec(**overrides)), tmp_path).values():
         assert start.environment is None
         assert "environment" not in start.model_dump()
