@@ -36,6 +36,7 @@ from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.schema import upgrade_database
+from backend.slurm.reconcile import SlurmBackend
 from backend.streams.broker import Broker, job_topic
 from backend.streams.events import BROKER, PublishingSession
 from backend.streams.history import log_frame
@@ -96,6 +97,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(app.state.controller.run(), name="controller"),
             asyncio.create_task(app.state.ingestor.run(), name="ingestor"),
         ]
+        # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
+        app.state.slurm = None
+        if settings.slurm_enabled:
+            app.state.slurm = SlurmBackend(
+                settings=settings,
+                sessions=app.state.sessions,
+                tokens=app.state.tokens,
+                apply=app.state.controller.apply,
+            )
+            background.append(asyncio.create_task(app.state.slurm.run(), name="slurm"))
         try:
             yield
         finally:

@@ -20,6 +20,7 @@ class TokenKind(StrEnum):
     viewer = "viewer"  # read only: what admin may GET, and the live streams
     agent = "agent"  # host agents joining the cluster
     task = "task"  # a training process, for its own job only
+    job_agent = "job_agent"  # an agent inside one job's allocation (Slurm), for that job only
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class Principal:
         if self.token_id is not None:
             return f"{self.kind.value} token {self.token_id}"
         if self.job_id is not None:
-            return f"task token of job {self.job_id}"
+            owner = "job agent" if self.kind is TokenKind.job_agent else "task"
+            return f"{owner} token of job {self.job_id}"
         return f"{self.kind.value} token (from the server's settings)"
 
 
@@ -66,6 +68,18 @@ class TokenRegistry:
         assert self._task_key is not None
         return hmac.new(self._task_key, f"job:{job_id}".encode(), hashlib.sha256).hexdigest()
 
+    def job_agent_token(self, job_id: int) -> str:
+        """The token the agents started inside this job's allocation join with: it names the
+        job, and the agent channel lets it in only while that allocation runs."""
+        if self._task_key is None:
+            raise RuntimeError("job agent tokens need an admin token to derive from")
+        return f"sa.{job_id}.{self._job_agent_mac(job_id)}"
+
+    def _job_agent_mac(self, job_id: int) -> str:
+        assert self._task_key is not None
+        message = f"job-agent:{job_id}".encode()
+        return hmac.new(self._task_key, message, hashlib.sha256).hexdigest()
+
     def identify(self, token: str) -> Principal | None:
         presented = token.encode()
         found: Principal | None = None
@@ -78,7 +92,13 @@ class TokenRegistry:
             job_id = int(task["job"])
             if hmac.compare_digest(task["mac"].encode(), self._task_mac(job_id).encode()):
                 found = Principal(TokenKind.task, job_id=job_id)
+        bound = _JOB_AGENT_TOKEN.fullmatch(token)
+        if bound and self._task_key is not None and found is None:
+            job_id = int(bound["job"])
+            if hmac.compare_digest(bound["mac"].encode(), self._job_agent_mac(job_id).encode()):
+                found = Principal(TokenKind.job_agent, job_id=job_id)
         return found
 
 
 _TASK_TOKEN = re.compile(r"st\.(?P<job>[1-9][0-9]{0,18})\.(?P<mac>[0-9a-f]{64})")
+_JOB_AGENT_TOKEN = re.compile(r"sa\.(?P<job>[1-9][0-9]{0,18})\.(?P<mac>[0-9a-f]{64})")

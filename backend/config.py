@@ -154,6 +154,60 @@ class Settings(BaseSettings):
         "frontend/dist of this checkout when unset.",
     )
 
+    # Slurm (docs/slurm.md): a job whose spec has a `slurm:` section runs as one Slurm job.
+    slurm_enabled: bool = Field(
+        default=False,
+        description="Run jobs that ask for Slurm (spec.slurm) with the Slurm commands on "
+        "this host; such jobs are refused when off.",
+    )
+    slurm_bin_dir: Path | None = Field(
+        default=None,
+        description="Where sbatch, squeue, scancel and sacct are; looked up on PATH when unset.",
+    )
+    slurm_conf: Path | None = Field(
+        default=None,
+        description="The slurm.conf the commands read (their SLURM_CONF); Slurm's own "
+        "default when unset.",
+    )
+    slurm_partition: str | None = Field(
+        default=None, description="The partition of jobs whose spec names none."
+    )
+    slurm_account: str | None = Field(
+        default=None, description="The account of jobs whose spec names none."
+    )
+    slurm_accounting: Literal["sacct", "completion", "none"] = Field(
+        default="sacct",
+        description="How the end of a job that has left squeue is read: sacct (slurmdbd), "
+        "completion (sacct --completion, the job completion plugin) or none.",
+    )
+    slurm_job_prefix: str = Field(
+        default="strata",
+        pattern=r"[A-Za-z][A-Za-z0-9_-]{0,31}",
+        description="Slurm job names are <prefix>-<job id>; servers sharing a Slurm cluster "
+        "need different prefixes.",
+    )
+    slurm_poll_seconds: float = Field(
+        default=2.0, gt=0, description="How often squeue is read while Slurm jobs are live."
+    )
+    slurm_command_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="A Slurm command that runs longer is given up on."
+    )
+    slurm_output_dir: Path | None = Field(
+        default=None,
+        description="Where the batch scripts' own output goes (<dir>/<prefix>-<job id>-%j.out, "
+        "written by the compute node); discarded when unset.",
+    )
+    slurm_server_url: str | None = Field(
+        default=None,
+        description="The server's URL as the compute nodes reach it (the job-bound agents "
+        "connect there).",
+    )
+    slurm_agent_command: str = Field(
+        default="strata agent",
+        description="The command that starts an agent on a compute node (split like a shell "
+        "would, never run by one).",
+    )
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _lower_case_level(cls, value: object) -> object:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from backend.db import Base
 from backend.hosts.models import Device, Host
 from backend.jobs.models import Checkpoint, Job, JobEvent, Task
+from backend.slurm.models import SlurmJob
 from backend.streams.models import MetricPoint
 from backend.tokens.models import ApiToken
 
@@ -17,5 +18,6 @@ __all__ = [
     "Job",
     "JobEvent",
     "MetricPoint",
+    "SlurmJob",
     "Task",
 ]

@@ -23,6 +23,8 @@ from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
 from backend.scheduling.transaction import Transaction
+from backend.slurm.admission import admit
+from backend.slurm.reconcile import SlurmBackend
 
 router = APIRouter(
     prefix="/jobs", tags=["jobs"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
@@ -64,11 +66,20 @@ async def submit_job(
             [FieldIssue("code.sha256", f"no code bundle {spec.code.sha256}: upload it first")]
         )
 
+    slurm: SlurmBackend | None = getattr(request.app.state, "slurm", None)
+    await admit(
+        spec,
+        settings=request.app.state.settings,
+        commands=None if slurm is None else slurm.commands,
+    )
+
     async def create(tx: Transaction) -> int:
         return (await service.create_job(session=tx.session, spec=spec)).id
 
     # Under the controller's lock, like every change to jobs (see Controller.apply).
     job_id = await controller.apply(create, frees_or_takes_capacity=False)
+    if slurm is not None and spec.slurm is not None:
+        slurm.wake()
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

@@ -47,6 +47,8 @@ class Job(Base):
     # Optimistic concurrency: every UPDATE of a job (and so every change to its tasks, see
     # backend.jobs.versioning) names the version it read, and fails if the row changed since.
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    # The id of the job's Slurm job once sbatch gave one (spec.slurm; backend.slurm).
+    slurm_job_id: Mapped[str | None] = mapped_column(String(32))
 
     __mapper_args__ = {"version_id_col": version}
 

@@ -40,6 +40,9 @@ class JobRead(BaseModel):
     spec: JobSpec
     tasks: list[TaskRead]
     actions: JobActions = Field(description="What the server would accept for this job now.")
+    slurm_job_id: str | None = Field(
+        default=None, description="The id of the Slurm job it runs as (spec.slurm), once submitted."
+    )
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None

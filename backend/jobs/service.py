@@ -132,6 +132,7 @@ def job_read(job: Job) -> JobRead:
         spec=spec,
         tasks=[task_read(task) for task in job.tasks],
         actions=job_actions(job.status, spec, job.tasks),
+        slurm_job_id=job.slurm_job_id,
         created_at=job.created_at,
         updated_at=job.updated_at,
         started_at=job.started_at,

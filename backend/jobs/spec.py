@@ -30,6 +30,7 @@ from agents.protocol import METRIC_NAME_PATTERN
 from agents.runtime_environment import RuntimeEnvironment
 from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
+from backend.slurm.options import SlurmOptions
 
 ROLES: tuple[Role, ...] = tuple(Role)  # every role, in display order
 
@@ -251,6 +252,11 @@ class JobSpec(_Strict):
     )
     strategy_options: StrategyOptions = StrategyOptions()
     priority: Annotated[int, Field(ge=-100, le=100, description="Higher is placed first.")] = 0
+    slurm: SlurmOptions | None = Field(
+        default=None,
+        description="Run as one Slurm job (the server's STRATA_SLURM_* settings); null: on "
+        "Strata's own agents.",
+    )
 
     @field_validator("name")
     @classmethod

@@ -42,6 +42,7 @@ TOOLS = {
 }
 # In every process of the cluster (daemons, steps, job processes): what stop() looks for.
 MARKER = "STRATA_TEST_SLURM_CLUSTER"
+LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
 SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -109,6 +110,15 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} {seen}, not {state}, after {timeout}s")
             time.sleep(0.1)
+
+    def wait_gone_or_ended(self, job_id: str, timeout: float = 30) -> str | None:
+        """Until the job has ended (or left squeue); its last state."""
+        deadline = time.monotonic() + timeout
+        while (state := self.job_state(job_id)) in LIVE_STATES:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} still {state} after {timeout}s")
+            time.sleep(0.2)
+        return state
 
     def wait_gone(self, job_id: str, timeout: float = 30) -> None:
         """Until the job has left squeue (finished, whatever its outcome)."""

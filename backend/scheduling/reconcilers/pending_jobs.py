@@ -79,6 +79,8 @@ class PendingJobs:
             job.reason = "waiting for the tasks of its previous attempt to stop"
             return False
         spec = JobSpec.model_validate(job.spec, strict=False)
+        if spec.slurm is not None:
+            return False  # Slurm allocates its nodes: backend.slurm submits it and says why
         # Every training task is pending here; a stopped evaluator stays stopped.
         waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
         needs = [

@@ -929,6 +929,11 @@ export interface components {
             reason: string | null;
             /** Restart Count */
             restart_count: number;
+            /**
+             * Slurm Job Id
+             * @description The id of the Slurm job it runs as (spec.slurm), once submitted.
+             */
+            slurm_job_id?: string | null;
             spec: components["schemas"]["JobSpec"];
             /** Started At */
             started_at: string | null;
@@ -991,6 +996,8 @@ export interface components {
              *     }
              */
             restart: components["schemas"]["RestartPolicy"];
+            /** @description Run as one Slurm job (the server's STRATA_SLURM_* settings); null: on Strata's own agents. */
+            slurm?: components["schemas"]["SlurmOptions"] | null;
             /**
              * Strategy
              * @enum {string}
@@ -1217,6 +1224,47 @@ export interface components {
             values: (number | null)[];
             /** Wall Times */
             wall_times: number[];
+        };
+        /**
+         * SlurmOptions
+         * @description Run this job as one Slurm job (the server's Slurm settings say how to reach Slurm).
+         */
+        SlurmOptions: {
+            /**
+             * Account
+             * @description The account charged; the server's default when null.
+             */
+            account?: string | null;
+            /**
+             * Constraint
+             * @description Node features (Slurm's --constraint).
+             */
+            constraint?: string | null;
+            /**
+             * Nodes
+             * @description Nodes to ask for; one per task that uses GPUs when null (at least one).
+             */
+            nodes?: number | null;
+            /**
+             * Partition
+             * @description The partition; the server's default partition when null.
+             */
+            partition?: string | null;
+            /**
+             * Qos
+             * @description The quality of service.
+             */
+            qos?: string | null;
+            /**
+             * Sbatch Options
+             * @description More sbatch options, as --name or --name=value, from: --begin, --cpus-per-task, --exclude, --exclusive, --gres-flags, --hint, --licenses, --mail-type, --mail-user, --mem, --mem-per-cpu, --mem-per-gpu, --nice, --nodelist, --no-requeue, --requeue, --reservation, --signal, --switches, --tmp, --wckey.
+             */
+            sbatch_options?: string[];
+            /**
+             * Time Limit
+             * @description Slurm's --time: minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED.
+             */
+            time_limit?: string | null;
         };
         /**
          * StrategyOptions

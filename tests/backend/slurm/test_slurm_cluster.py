@@ -49,7 +49,9 @@ def test_a_two_node_job_runs_on_both_nodes_with_its_gpus(slurm: SlurmCluster) ->
 
 
 def test_a_job_asking_for_more_gpus_than_a_node_has_is_refused(slurm: SlurmCluster) -> None:
-    refused = slurm.run("sbatch", "--nodes=1", "--gres=gpu:3", "--wrap=true", check=False)
+    refused = slurm.run(
+        "sbatch", "--nodes=1", "--gres=gpu:3", "--output=/dev/null", "--wrap=true", check=False
+    )
     assert refused.returncode != 0
     assert "Requested node configuration is not available" in refused.stderr
 
@@ -58,7 +60,9 @@ def test_stopping_the_cluster_leaves_nothing_running() -> None:
     with slurm_cluster() as cluster:
         script = cluster.root / "sleeper.sh"
         script.write_text("#!/bin/bash\nsrun sleep 300\n")
-        job_id = cluster.run("sbatch", "--parsable", "--nodes=2", str(script)).stdout.strip()
+        job_id = cluster.run(
+            "sbatch", "--parsable", "--nodes=2", "--output=/dev/null", str(script)
+        ).stdout.strip()
         cluster.wait_state(job_id, "RUNNING")
         assert marked_processes(cluster.root)
         root = cluster.root

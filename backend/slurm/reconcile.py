@@ -1,0 +1,193 @@
+"""The Slurm backend's loop: submit what asks for Slurm, and mirror Slurm's view in Strata's.
+
+One pass (`reconcile_once`, what the tests call) records and submits new Slurm jobs, reads
+squeue (then the accounting, for jobs that left the queue) for the submitted ones, and:
+* a pending Strata job shows Slurm's reason for the wait ("Slurm: Resources");
+* a Strata job that has ended (cancelled, failed, succeeded) while its Slurm job is live has
+  its Slurm job cancelled with scancel;
+* a Slurm job that ended while its Strata job is active (cancelled, failed, timed out outside
+  Strata) ends the Strata job with a reason that says so.
+Level-triggered like the controller: a pass decides from what it reads, so a lost answer or a
+restart of either side is repaired by the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from backend.auth import TokenRegistry
+from backend.config import Settings
+from backend.db import utcnow
+from backend.jobs.models import Job
+from backend.jobs.states import JobStatus
+from backend.slurm.commands import ACTIVE_STATES, SlurmCommands, SlurmError
+from backend.slurm.job_changes import Apply, end_for_slurm, note_waiting
+from backend.slurm.models import Phase, SlurmJob
+from backend.slurm.outcome import SlurmView, ending, waiting_reason
+from backend.slurm.submit import Submitter
+
+log = logging.getLogger(__name__)
+
+CANCEL_RESEND = timedelta(seconds=10)  # scancel again if the job is still live after this
+
+
+def commands_from(settings: Settings) -> SlurmCommands:
+    return SlurmCommands(
+        bin_dir=settings.slurm_bin_dir,
+        conf=settings.slurm_conf,
+        timeout=settings.slurm_command_timeout_seconds,
+        accounting=settings.slurm_accounting,
+    )
+
+
+class SlurmBackend:
+    """Submits the jobs that ask for Slurm and follows their Slurm jobs."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        tokens: TokenRegistry,
+        apply: Apply,
+        commands: SlurmCommands | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.apply = apply
+        self.commands = commands or commands_from(settings)
+        self.submitter = Submitter(
+            settings=settings,
+            sessions=sessions,
+            commands=self.commands,
+            tokens=tokens,
+            apply=apply,
+        )
+        self._wake = asyncio.Event()
+        # Passes never overlap: two could both find a record unsubmitted and both sbatch it.
+        self._pass = asyncio.Lock()
+
+    def wake(self) -> None:
+        """Pass now (a job was submitted or cancelled) rather than at the next poll."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        period = self.settings.slurm_poll_seconds
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=period * random.uniform(0.8, 1.2))
+            self._wake.clear()
+            try:
+                await self.reconcile_once()
+            except Exception:
+                log.exception("Slurm pass failed")
+
+    async def reconcile_once(self) -> None:
+        """One pass: record, submit, follow."""
+        async with self._pass:
+            await self.submitter.record_new_jobs()
+            await self.submitter.submit_recorded()
+            await self.follow_submitted()
+
+    async def follow_submitted(self) -> None:
+        async with self.sessions() as session:
+            records = list(
+                await session.scalars(
+                    select(SlurmJob).where(SlurmJob.phase == Phase.submitted).order_by(SlurmJob.id)
+                )
+            )
+            if not records:
+                return
+            try:
+                views = await self._views(records)
+            except SlurmError as exc:
+                # Slurm's controller is down or restarting: nothing is concluded from silence.
+                log.warning("cannot read Slurm's queue: %s", exc.message)
+                return
+            statuses = dict(
+                (
+                    await session.execute(
+                        select(Job.id, Job.status).where(Job.id.in_([r.job_id for r in records]))
+                    )
+                ).all()
+            )
+            for record in records:
+                view = views[record.job_id]
+                status = statuses.get(record.job_id)
+                await self._follow(session, record, view, status)
+
+    async def _views(self, records: list[SlurmJob]) -> dict[int, SlurmView]:
+        """Slurm's view of each record's job: squeue, then the accounting for the rest."""
+        queued = {
+            q.job_id: q for q in await self.commands.queue(names=sorted({r.name for r in records}))
+        }
+        gone = [r.slurm_job_id for r in records if r.slurm_job_id not in queued]
+        accounted = {a.job_id: a for a in await self.commands.accounted(sorted(filter(None, gone)))}
+        views: dict[int, SlurmView] = {}
+        for record in records:
+            assert record.slurm_job_id is not None
+            if (q := queued.get(record.slurm_job_id)) is not None:
+                views[record.job_id] = SlurmView(q.job_id, q.state, q.reason, q.nodes)
+            elif (a := accounted.get(record.slurm_job_id)) is not None:
+                views[record.job_id] = SlurmView(a.job_id, a.state, a.detail, a.nodes, a.exit_code)
+            else:
+                views[record.job_id] = SlurmView(record.slurm_job_id, None)
+        return views
+
+    async def _follow(
+        self,
+        session: AsyncSession,
+        record: SlurmJob,
+        view: SlurmView,
+        status: JobStatus | None,
+    ) -> None:
+        record.slurm_state, record.slurm_reason = view.state, view.reason or None
+        record.nodes = view.nodes or record.nodes
+        live = view.state in ACTIVE_STATES
+        if not live:
+            record.phase, record.ended_at = Phase.ended, utcnow()
+        await session.commit()
+        assert record.slurm_job_id is not None
+        if live and (status is None or status.is_terminal):
+            await self._cancel(session, record)
+        elif live and status is JobStatus.pending:
+            await self.apply(
+                functools.partial(
+                    note_waiting,
+                    job_id=record.job_id,
+                    reason=waiting_reason(view),
+                    slurm_job_id=record.slurm_job_id,
+                ),
+                frees_or_takes_capacity=False,
+            )
+        elif not live and status is not None and not status.is_terminal:
+            end = ending(view)
+            log.info("job %d: %s", record.job_id, end.reason)
+            await self.apply(
+                functools.partial(
+                    end_for_slurm, job_id=record.job_id, status=end.status, reason=end.reason
+                )
+            )
+
+    async def _cancel(self, session: AsyncSession, record: SlurmJob) -> None:
+        """scancel the Slurm job of a Strata job that has ended (again if it lingers)."""
+        now = utcnow()
+        if record.cancel_sent_at is not None and now - record.cancel_sent_at < CANCEL_RESEND:
+            return
+        assert record.slurm_job_id is not None
+        try:
+            await self.commands.cancel(record.slurm_job_id)
+        except SlurmError as exc:
+            log.warning("job %d: scancel %s: %s", record.job_id, record.slurm_job_id, exc.message)
+            return
+        log.info("job %d: cancelled Slurm job %s", record.job_id, record.slurm_job_id)
+        record.cancel_sent_at = now
+        await session.commit()
