@@ -21,7 +21,8 @@ from pydantic import (
 from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
-PROTOCOL_VERSION = 4  # 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python)
+# 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage
+PROTOCOL_VERSION = 5
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -118,9 +119,39 @@ class Hello(_Message):
     finished: list[TaskExit] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
 
 
+class DeviceStats(_Message):
+    """What one GPU is doing, as NVML reports it."""
+
+    index: int = Field(ge=0, le=1023)
+    utilization_percent: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    memory_used_bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
+    memory_total_bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
+
+
+class TaskStats(_Message):
+    """What one task attempt's processes use together."""
+
+    key: TaskKey
+    cpu_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # so far
+    # Of one core, averaged since the previous sample (200: two cores busy); None at first.
+    cpu_percent: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    rss_bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
+
+
+class UsageReport(_Message):
+    """A sample of the host's devices and tasks (agents.host.usage), every few seconds.
+    Simulated devices are left out: they have nothing true to report."""
+
+    # Seconds since the epoch, when it was sampled.
+    wall_time: float = Field(ge=0, le=253_402_300_799, allow_inf_nan=False)
+    devices: list[DeviceStats] = Field(default_factory=list, max_length=1024)
+    tasks: list[TaskStats] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
+
+
 class Heartbeat(_Message):
     type: Literal["heartbeat"] = "heartbeat"
     running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
+    usage: UsageReport | None = None  # in a heartbeat every few seconds, not in each one
 
 
 class TaskStarted(_Message):

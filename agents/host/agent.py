@@ -18,6 +18,7 @@ from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
 from agents.host.identity import StateDirLock, default_state_dir, load_or_create_identity
 from agents.host.supervisor import Supervisor
+from agents.host.usage import GpuSampler, UsageSampler
 from agents.protocol import Device, Heartbeat, Hello
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,8 @@ class Agent:
             agent_label=self.namespace,
             nvidia=self.engine_info.nvidia if self.engine_info is not None else False,
         )
+        # Sent with a heartbeat every few seconds: GPUs (real ones only) and task processes.
+        self.usage = UsageSampler(self.supervisor.attempts, GpuSampler.open(self.devices))
         self.channel = Channel(
             config.server_url,
             config.token,
@@ -97,7 +100,7 @@ class Agent:
             on_start=self.supervisor.start,
             on_stop=self.supervisor.stop,
             flush_logs=self.supervisor.flush_logs,
-            heartbeat=lambda: Heartbeat(running=self.supervisor.running()),
+            heartbeat=lambda: Heartbeat(running=self.supervisor.running(), usage=self.usage.due()),
             on_logs_ack=lambda ack: self.supervisor.logs_acked(ack.key, ack.next_line),
             on_connected=self.supervisor.reconnected,
             ca_file=config.ca_file,
@@ -146,6 +149,7 @@ class Agent:
         log.info("agent %s stopping its tasks", self.config.name)
         await self.supervisor.stop_all(self.config.stop_grace_seconds)
         self.containments.close()
+        self.usage.close()
         if self.engine is not None:
             self.engine.close()
         self.supervisor.flush_logs()

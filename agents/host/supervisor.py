@@ -119,6 +119,10 @@ class Supervisor:
     def running(self) -> list[RunningTask]:
         return [RunningTask(key=k, pid=t.pid) for k, t in self._tasks.items()]
 
+    def attempts(self) -> dict[TaskKey, Attempt]:
+        """The attempts running now, for agents.host.usage to sample."""
+        return dict(self._tasks)
+
     async def start(self, command: StartTask) -> None:
         key = command.key
         if key in self._tasks or key in self.finished:
