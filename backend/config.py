@@ -197,6 +197,12 @@ class Settings(BaseSettings):
         description="Where the batch scripts' own output goes (<dir>/<prefix>-<job id>-%j.out, "
         "written by the compute node); discarded when unset.",
     )
+    slurm_workdir: Path | None = Field(
+        default=None,
+        description="Where the batch script and its agents start (sbatch --chdir): the "
+        "agents' workspace, under which jobs' working_dir resolves; the server's own "
+        "working directory when unset.",
+    )
     slurm_server_url: str | None = Field(
         default=None,
         description="The server's URL as the compute nodes reach it (the job-bound agents "
@@ -205,7 +211,7 @@ class Settings(BaseSettings):
     slurm_agent_command: str = Field(
         default="strata agent",
         description="The command that starts an agent on a compute node (split like a shell "
-        "would, never run by one).",
+        "would, never run by one); the batch script adds --server, --name and --gpus.",
     )
 
     @field_validator("log_level", mode="before")

@@ -35,6 +35,7 @@ from backend.config import Settings
 from backend.hosts.service import NameClash, connected_clash
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
+from backend.slurm.reconcile import SlurmBackend
 from backend.streams.logs import LogStore
 
 router = APIRouter()
@@ -63,7 +64,7 @@ async def agent_channel(
 ) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
-    if principal is None or principal.kind is not TokenKind.agent:
+    if principal is None or principal.kind not in (TokenKind.agent, TokenKind.job_agent):
         await close(websocket, POLICY_VIOLATION, "an agent token is required")
         return
     client = websocket.client
@@ -86,6 +87,21 @@ async def agent_channel(
     if hello.identity is None:
         await _refuse(inbound, "this agent presented no identity (Hello.identity)")
         return
+
+    # An agent started in a job's Slurm allocation: its token names the job, and it may join
+    # only while that Slurm job runs; only that job's tasks are placed on it.
+    bound_job = principal.job_id if principal.kind is TokenKind.job_agent else None
+    if bound_job is not None:
+        slurm: SlurmBackend | None = getattr(websocket.app.state, "slurm", None)
+        refusal = (
+            "this server runs no Slurm backend"
+            if slurm is None
+            else await slurm.agent_refusal(bound_job, hello.name)
+        )
+        if refusal is not None:
+            security.refused(f"agent {hello.name}", f"a job agent token of job {bound_job}")
+            await _refuse(inbound, refusal)
+            return
 
     # One name, one host: an agent with another identity may not take a name in use,
     # whether its agent is connected (the hub) or between connections (the host's row,
@@ -111,6 +127,7 @@ async def agent_channel(
         websocket,
         identity=hello.identity,
         address=client.host if client else hello.address,
+        bound_job=bound_job,
     )
     replaced = hub.attach(connection)
     if replaced is not None:

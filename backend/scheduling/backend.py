@@ -32,6 +32,11 @@ class TaskBackend(Protocol):
         """Whether commands can reach that host now."""
         ...
 
+    def bound_job(self, host: str) -> int | None:
+        """The job whose allocation this host's agent was started in (a Slurm job's nodes):
+        only that job's tasks go there. None for hosts that take any job without one."""
+        ...
+
     def start(self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool) -> None:
         """Decide to start the task's current attempt on the host (sent after commit)."""
         ...

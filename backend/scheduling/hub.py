@@ -29,11 +29,15 @@ class AgentConnection:
         *,
         identity: str | None = None,
         address: str = "",
+        bound_job: int | None = None,
     ) -> None:
         self.host_name = host_name
         self.websocket = websocket
         self.identity = identity  # the agent's persistent identity (Hello.identity)
         self.address = address  # where it connected from
+        # The job whose allocation started this agent (Slurm: its token names the job). Only
+        # that job's tasks are placed on it, and no other job's.
+        self.bound_job = bound_job
         # Task attempts this agent has been found to run: their logs are its to send.
         self.own_attempts: set[tuple[int, str, int]] = set()
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
@@ -109,6 +113,11 @@ class AgentHub:
 
     def connected(self, host_name: str) -> bool:
         return host_name in self._connections
+
+    def bound_job(self, host_name: str) -> int | None:
+        """The job a connected agent was started for (None: any job's tasks may go there)."""
+        connection = self._connections.get(host_name)
+        return None if connection is None else connection.bound_job
 
     def count(self) -> int:
         return len(self._connections)

@@ -43,6 +43,9 @@ class NativeAgents:
     def reachable(self, host: str) -> bool:
         return self.hub.connected(host)
 
+    def bound_job(self, host: str) -> int | None:
+        return self.hub.bound_job(host)
+
     def due(self, kind: str, key: TaskKey, *, force: bool = False) -> bool:
         """Whether a command of this kind for this attempt may be sent (again) now."""
         now = time.monotonic()

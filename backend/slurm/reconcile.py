@@ -36,7 +36,11 @@ from backend.slurm.submit import Submitter
 
 log = logging.getLogger(__name__)
 
-CANCEL_RESEND = timedelta(seconds=10)  # scancel again if the job is still live after this
+CANCEL_RESEND = timedelta(seconds=10)
+# Slurm states in which the allocation's agents may join (the job's processes run).
+AGENT_STATES = frozenset(
+    {"RUNNING", "CONFIGURING", "COMPLETING"}
+)  # scancel again if the job is still live after this
 
 
 def commands_from(settings: Settings) -> SlurmCommands:
@@ -191,3 +195,40 @@ class SlurmBackend:
         log.info("job %d: cancelled Slurm job %s", record.job_id, record.slurm_job_id)
         record.cancel_sent_at = now
         await session.commit()
+
+    async def agent_refusal(self, job_id: int, name: str) -> str | None:
+        """Why an agent with the job agent token of this job may not join now, if it may not:
+        only while the job is active and its Slurm job runs, under a name of its allocation.
+        Slurm's view is read again first when the record is behind (the agents of a job
+        that has just started are often faster than the next poll)."""
+        prefix = f"{self.settings.slurm_job_prefix}-{job_id}-"
+        if not name.startswith(prefix) or len(name) == len(prefix):
+            return (
+                f"an agent of job {job_id}'s Slurm allocation is named {prefix}<node>, not {name!r}"
+            )
+        refusal = await self._agent_refusal(job_id)
+        if refusal is not None and refusal.startswith("Slurm job"):
+            await self.reconcile_once()
+            refusal = await self._agent_refusal(job_id)
+        return refusal
+
+    async def _agent_refusal(self, job_id: int) -> str | None:
+        async with self.sessions() as session:
+            row = (
+                await session.execute(
+                    select(SlurmJob, Job.status)
+                    .join(Job, Job.id == SlurmJob.job_id)
+                    .where(SlurmJob.job_id == job_id)
+                )
+            ).first()
+        if row is None:
+            return f"job {job_id} has no Slurm job"
+        record, status = row
+        if status.is_terminal:
+            return f"job {job_id} is {status.value}: its allocation's agents may not join"
+        if record.phase is not Phase.submitted or record.slurm_state not in AGENT_STATES:
+            return (
+                f"Slurm job {record.slurm_job_id} of job {job_id} is not running "
+                f"(Slurm says {record.slurm_state or 'nothing yet'})"
+            )
+        return None

@@ -140,7 +140,7 @@ class Submitter:
         record.submit_tries += 1
         await session.commit()
         env = {
-            "STRATA_TOKEN": self.tokens.job_agent_token(job.id),
+            "STRATA_AGENT_TOKEN": self.tokens.job_agent_token(job.id),
             "STRATA_SERVER": server_url(self.settings),
         }
         try:

@@ -18,6 +18,7 @@ from backend.scheduling.cluster import ClusterView
 from backend.scheduling.native import RESEND_SECONDS
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
 from backend.scheduling.transaction import Transaction
+from backend.slurm.script import allocation_shape
 
 # Jobs placed in one pass, which is one transaction: a thousand queued jobs placed at once held
 # SQLite's write lock for longer than a submission would wait for it (30 s, then a 500).
@@ -79,8 +80,12 @@ class PendingJobs:
             job.reason = "waiting for the tasks of its previous attempt to stop"
             return False
         spec = JobSpec.model_validate(job.spec, strict=False)
-        if spec.slurm is not None:
-            return False  # Slurm allocates its nodes: backend.slurm submits it and says why
+        # A Slurm job goes on the agents started in its allocation, once all have joined
+        # (until then it shows Slurm's reason, backend.slurm); other jobs never go there.
+        own = job.id if spec.slurm is not None else None
+        usable = [c for c in capacity if tx.backend.bound_job(c.name) == own]
+        if spec.slurm is not None and len(usable) < allocation_shape(spec).nodes:
+            return False
         # Every training task is pending here; a stopped evaluator stays stopped.
         waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
         needs = [
@@ -88,7 +93,7 @@ class PendingJobs:
             for t in waiting
         ]
         # Jobs that do not fit are passed over, so smaller ones behind them can run.
-        slots = place(needs, capacity, image=spec.image)
+        slots = place(needs, usable, image=spec.image)
         if isinstance(slots, Unplaceable):
             job.reason = slots.reason
             return False

@@ -63,7 +63,7 @@ async def test_a_job_becomes_one_slurm_job_with_an_agent_per_node(server: SlurmS
     assert "NumNodes=2 " in shown and "TresPerNode=gres:gpu:1" in shown, shown
     assert "Partition=debug" in shown and "TimeLimit=00:10:00" in shown, shown
     assert f"Comment=strata job {job_id} record " in shown, shown
-    # One agent per node, each with the node's GPU, bound to the job, with its own token.
+    # One agent per node, each with the node's GPU, and the job's own agent token.
     token = server.api.app.state.tokens.job_agent_token(job_id)  # type: ignore[attr-defined]
     deadline = time.monotonic() + 10
     while len(list(server.agents_dir.glob("*.env"))) < 2 and time.monotonic() < deadline:
@@ -73,10 +73,10 @@ async def test_a_job_becomes_one_slurm_job_with_an_agent_per_node(server: SlurmS
         assert args[:6] == [
             "--server",
             "http://127.0.0.1:8000",
-            "--bound-job",
-            str(job_id),
             "--name",
             f"{server.name(job_id)}-{node}",
+            "--gpus",
+            "1",
         ], args
         env = dict(
             line.split("=", 1)
@@ -84,7 +84,7 @@ async def test_a_job_becomes_one_slurm_job_with_an_agent_per_node(server: SlurmS
             if "=" in line
         )
         assert env["CUDA_VISIBLE_DEVICES"] == "0"
-        assert env["STRATA_TOKEN"] == token
+        assert env["STRATA_AGENT_TOKEN"] == token
         assert "STRATA_API_TOKEN" not in env  # nothing of the server's own settings
     # More passes submit nothing more.
     await server.passes(2)

@@ -124,7 +124,7 @@ def test_sbatch_options_carry_the_shape_the_defaults_and_the_specs_options_last(
     ]
 
 
-def test_the_batch_script_starts_one_bound_agent_per_node_and_holds_no_secret() -> None:
+def test_the_batch_script_starts_one_agent_per_node_and_holds_no_secret() -> None:
     settings = Settings(slurm_agent_command="/opt/strata/bin/strata agent --log-level debug")
     script = batch_script(settings=settings, job_id=12, server_url="https://strata:8443")
     last = script.strip().splitlines()[-1]
@@ -135,7 +135,7 @@ def test_the_batch_script_starts_one_bound_agent_per_node_and_holds_no_secret() 
         "--kill-on-bad-exit=1",
         "sh",
         "-c",
-        'exec "$@" --name "strata-12-$SLURMD_NODENAME"',
+        'exec "$@" --name "strata-12-$SLURMD_NODENAME" --gpus "${SLURM_GPUS_ON_NODE:-0}"',
         "sh",
         "/opt/strata/bin/strata",
         "agent",
@@ -143,10 +143,8 @@ def test_the_batch_script_starts_one_bound_agent_per_node_and_holds_no_secret() 
         "debug",
         "--server",
         "https://strata:8443",
-        "--bound-job",
-        "12",
     ]
-    assert "sa." not in script and "STRATA_TOKEN=" not in script
+    assert "sa." not in script and "STRATA_AGENT_TOKEN=" not in script
 
 
 @pytest.mark.parametrize(
