@@ -43,6 +43,7 @@ async def after_failure(
     exit_code: int | None,
     error: str | None,
     over_memory_limit: int | None = None,
+    infrastructure: bool = False,  # the attempt vanished with its agent's restart
 ) -> Decision:
     """Restart what the role rules say if the spec's policy allows it and restarts remain."""
     session = tx.session
@@ -52,6 +53,7 @@ async def after_failure(
         policy=policy.policy,
         exit_code=exit_code,
         error=error,
+        host_lost=infrastructure,
         over_own_memory_limit=over_memory_limit is not None,
     ):
         return Decision(False, reason)

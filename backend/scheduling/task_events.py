@@ -9,6 +9,7 @@ not on the reporting host, changes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -146,7 +147,11 @@ async def mark_started_many(
             )
 
 
-async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
+async def apply_exit(
+    *, tx: Transaction, host: Host, exit: TaskExit, vanished: bool = False
+) -> None:
+    """Apply an attempt's exit. `vanished`: no exit came, the agent just no longer runs it
+    (it was restarted): an infrastructure failure, retried as a lost host's tasks are."""
     session = tx.session
     task = await find_task(session=session, key=exit.key)
     if task is None or (task.attempt == exit.key.attempt and task.host_id != host.id):
@@ -173,6 +178,8 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
         sibling_statuses=siblings,
         over_memory_limit=exit.over_memory_limit,
     )
+    if vanished:
+        outcome = replace(outcome, reason=f"{task.name} is gone: {host.name} no longer runs it")
     task.status, task.exit_code, task.finished_at = outcome.task_status, exit.exit_code, utcnow()
     details: dict[str, object] = {
         "to": outcome.task_status.value,
@@ -208,6 +215,7 @@ async def apply_exit(*, tx: Transaction, host: Host, exit: TaskExit) -> None:
             exit_code=exit.exit_code,
             error=exit.error,
             over_memory_limit=exit.over_memory_limit,
+            infrastructure=vanished,
         )
         if decision.restarted:
             return

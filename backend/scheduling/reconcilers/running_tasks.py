@@ -82,7 +82,7 @@ async def sync_running(
             gone = TaskExit(key=key, exit_code=None, error="the agent no longer runs it")
             agrees = False  # a restart it causes may place attempts here
             view.capacity_changed()
-            await task_events.apply_exit(tx=tx, host=host, exit=gone)
+            await task_events.apply_exit(tx=tx, host=host, exit=gone, vanished=True)
         else:
             start_if_due(tx, view, host.name, job, task, force=force)
             agrees = False

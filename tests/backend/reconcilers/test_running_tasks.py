@@ -39,8 +39,24 @@ async def test_a_running_task_the_host_no_longer_reports_has_exited(world: World
     await world.run(compare(world, "host-a", []))
     failed = await world.load(job.id)
     assert failed.status is JobStatus.failed
-    assert failed.reason is not None and "the agent no longer runs it" in failed.reason
+    assert failed.reason == "chief:0 is gone: host-a no longer runs it"
     assert [t.status for t in failed.tasks] == [TaskStatus.failed]
+
+
+async def test_a_task_gone_with_its_agents_restart_is_restarted_as_infrastructure(
+    world: World,
+) -> None:
+    # Its agent was restarted (killed, then started again before the host was lost): no exit
+    # came. That is not a task that could not start; the restart policy applies to it.
+    await world.host("host-a")
+    job = await world.running("parameter_server")
+    worker = next(t for t in job.tasks if t.name == "worker:0")
+    others = [RunningTask(key=t.key, pid=100 + n) for n, t in enumerate(job.tasks) if t != worker]
+    await world.run(compare(world, "host-a", others))
+    after = await world.load(job.id)
+    assert after.status is JobStatus.running
+    restarted = next(t for t in after.tasks if t.name == "worker:0")
+    assert restarted.attempt == worker.attempt + 1
 
 
 async def test_a_scheduled_task_not_running_yet_is_started(world: World) -> None:
