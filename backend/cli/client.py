@@ -14,6 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from agents.runtime_environment import EngineInfo
+from backend.cli import bundle_view
+from backend.cli.bundle_view import describe_bundle
 from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
 from backend.code.archive import Bundle
@@ -196,15 +198,24 @@ def jobs_show(
     job_id: Annotated[int, typer.Argument(min=1)],
     server: ServerOption = None,
     token: TokenOption = None,
+    files: Annotated[
+        int, typer.Option("--files", min=0, help="List this many of the code bundle's files.")
+    ] = bundle_view.SHOWN,
 ) -> None:
-    """Show a job: status, tasks with their placement, and events."""
+    """Show a job: status, its code bundle, tasks with their placement, and events."""
     with connect(server, token) as client:
         job = client.job(job_id)
         events = client.events(job_id)
+        code = [] if job.spec.code is None else describe_bundle(client, job.spec.code.sha256, files)
     console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
     console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
-    if job.spec.code is not None:
-        console.print(f"code: bundle {job.spec.code.sha256}")
+    environment = job.spec.environment
+    if environment is not None and environment.image is not None:
+        console.print(f"environment: image {escape(environment.image)}", highlight=False)
+    elif environment is not None and environment.python is not None:
+        console.print(f"environment: python {escape(environment.python)}", highlight=False)
+    for line in code:
+        console.print(escape(line), highlight=False, soft_wrap=True)
     tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "EXIT")
     for task in job.tasks:
         tasks.add_row(

@@ -106,3 +106,22 @@ def test_jobs_show_names_the_bundle_with_its_size_and_files(
         "  lib/b.py  6 B",
         "  … and 2 more",
     ]
+
+
+def test_jobs_show_names_the_jobs_environment(server_url: str) -> None:
+    env = {**os.environ, "STRATA_SERVER": server_url, "STRATA_TOKEN": ADMIN_TOKEN}
+    with StrataClient(server_url, ADMIN_TOKEN) as client:
+        in_image = client.submit_document(
+            {**make_spec("mirrored"), "environment": {"image": "tf:2"}}
+        )
+        own = client.submit_document(make_spec("mirrored"))
+    for job, expected in ((in_image, ["environment: image tf:2"]), (own, [])):
+        shown = subprocess.run(
+            [*STRATA, "jobs", "show", str(job.id)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert [line for line in shown.stdout.splitlines() if "environment" in line] == expected
