@@ -18,6 +18,11 @@ from backend.slurm.submit import server_url
 
 log = logging.getLogger(__name__)
 
+# What --test-only says of a job no node can take *now*, though sbatch itself would accept
+# it and leave it pending (more nodes than the partition has: "PartitionConfig"). Slurm's
+# sbatch decides those; the job then waits with Slurm's reason, or fails with its refusal.
+NOT_A_REFUSAL = ("Requested node configuration is not available",)
+
 
 async def admit(spec: JobSpec, *, settings: Settings, commands: SlurmCommands | None) -> None:
     """Raise InvalidInput (422) if this server cannot run the job on Slurm, or Slurm refuses it."""
@@ -45,6 +50,8 @@ async def admit(spec: JobSpec, *, settings: Settings, commands: SlurmCommands | 
     except SlurmUnavailable as exc:
         log.warning("cannot ask Slurm about a new job (%s); accepting it", exc.message)
     except SlurmError as exc:
+        if any(phrase in exc.message for phrase in NOT_A_REFUSAL):
+            return
         raise InvalidInput(
             [FieldIssue("slurm", f"Slurm refuses this job: {exc.message}")]
         ) from None

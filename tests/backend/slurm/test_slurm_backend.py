@@ -126,6 +126,36 @@ async def test_a_job_slurm_cannot_start_yet_waits_with_slurms_reason(server: Slu
     assert server.cluster.job_state(blocker) == "RUNNING"
 
 
+async def test_a_job_larger_than_the_cluster_waits_with_slurms_reason_until_cancelled(
+    server: SlurmServer,
+) -> None:
+    # Three workers with a GPU each: three nodes, and the cluster has two.
+    bigger = {**PS_JOB, "replicas": {**PS_JOB["replicas"], "worker": {"count": 3, "gpus": 1}}}
+    job_id = await submit(server, bigger)
+    job = await wait_for(
+        server, job_id, "waiting for Slurm", lambda j: j["reason"] == "Slurm: PartitionConfig"
+    )
+    assert job["status"] == "pending"
+    slurm_id = job["slurm_job_id"]
+    assert server.cluster.job_state(slurm_id) == "PENDING"
+    assert (await server.api.http.post(f"/jobs/{job_id}/cancel")).status_code == 200
+    await server.passes()
+    assert server.cluster.wait_gone_or_ended(slurm_id) in (None, "CANCELLED")
+
+
+async def test_a_job_no_node_can_ever_hold_fails_with_slurms_refusal(server: SlurmServer) -> None:
+    # A worker with 3 GPUs, and the nodes have 2: sbatch itself refuses it.
+    greedy = {**PS_JOB, "replicas": {**PS_JOB["replicas"], "worker": {"count": 1, "gpus": 3}}}
+    job_id = await submit(server, greedy)
+    job = await wait_for(server, job_id, "failed", lambda j: j["status"] == "failed")
+    assert job["reason"] == (
+        "Slurm refused the job: sbatch: error: Batch job submission failed: "
+        "Requested node configuration is not available"
+    )
+    assert job["slurm_job_id"] is None
+    assert (await server.record(job_id)).phase is Phase.ended
+
+
 async def test_a_slurm_job_cancelled_outside_strata_ends_the_job_with_that_reason(
     server: SlurmServer,
 ) -> None:
