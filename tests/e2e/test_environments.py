@@ -20,7 +20,13 @@ import pytest
 import yaml
 
 from tests.support.cluster import REPO, Cluster, local_cluster
-from tests.support.docker import Engine, docker_engine, ensure_system_tools, tensorflow_image
+from tests.support.docker import (
+    Engine,
+    docker_engine,
+    ensure_system_tools,
+    run,
+    tensorflow_image,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -58,7 +64,10 @@ def cluster(
             finally:
                 running.stop_extra_agents()
                 # Agents stopped with SIGTERM stop and remove their containers first.
-                assert strata_containers(engine) == [], "containers left after the agents"
+                left = strata_containers(engine)
+                for container in left:
+                    engine.docker("rm", "--force", container["id"], check=False)
+                assert left == [], "containers left after the agents"
 
 
 def strata_containers(engine: Engine, **labels: str | int) -> list[dict[str, str]]:
@@ -75,7 +84,10 @@ def strata_containers(engine: Engine, **labels: str | int) -> list[dict[str, str
     ).split()
     found = []
     for container in ids:
-        inspected = json.loads(engine.docker("inspect", container))[0]
+        listed = json.loads(engine.docker("inspect", container, check=False) or "[]")
+        if not listed:
+            continue  # removed since `ps` listed it
+        inspected = listed[0]
         found.append(
             {
                 "id": container,
@@ -100,8 +112,10 @@ def digits_ps(image: str, epochs: int) -> dict[str, Any]:
 
 def test_the_image_has_tensorflow_and_no_strata(engine: Engine, image: str) -> None:
     probe = "import tensorflow, tf_keras, sklearn; import agents"
-    done = engine.docker("run", "--rm", image, "python", "-c", probe, check=False)
-    assert "No module named 'agents'" in done, done
+    done = run(
+        [engine.client, "run", "--rm", image, "python", "-c", probe], env=engine.env, check=False
+    )
+    assert done.returncode == 1 and "No module named 'agents'" in done.stderr, done
 
 
 def test_a_parameter_server_job_runs_in_containers_across_two_agents(
@@ -164,6 +178,22 @@ def test_an_agent_killed_mid_job_leaves_no_container_once_restarted(
     agent_log = (cluster.data_dir / "agent-box-1.log").read_text()
     assert "removed the container of" in agent_log
 
+    # The lost attempts are restarted by the role rules, in new containers.
+    cluster.wait_for(
+        job_id,
+        lambda j: (
+            j["status"] == "running"
+            and all(t["status"] == "running" for t in j["tasks"])
+            and all(
+                t["attempt"] > attempt
+                for name, attempt in lost
+                for t in j["tasks"]
+                if t["name"] == name
+            )
+        ),
+        timeout=300,
+        what="running again with new attempts of the lost tasks",
+    )
     cluster.http.post(f"/jobs/{job_id}/cancel")
     cluster.wait_status(job_id, "cancelled", timeout=120)
     deadline = time.monotonic() + 60
