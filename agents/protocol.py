@@ -158,6 +158,20 @@ class TaskStarted(_Message):
     type: Literal["task_started"] = "task_started"
     key: TaskKey
     pid: int = Field(ge=0, le=MAX_INT32)
+    # Whether a warm process (TensorFlow already imported) took the attempt, and if not, why
+    # it started cold; None: the agent does not say (a container, an older agent).
+    warm: bool | None = None
+    cold_reason: str | None = Field(default=None, max_length=512)
+
+    @model_serializer(mode="wrap")
+    def _omit_unsaid(self, handler: SerializerFunctionWrapHandler) -> object:
+        # Left out when None, so that a start report without them reads as it did before.
+        data = handler(self)
+        if isinstance(data, dict):
+            for optional in ("warm", "cold_reason"):
+                if data.get(optional) is None:
+                    data.pop(optional, None)
+        return data
 
 
 class TaskExited(_Message):
@@ -217,15 +231,19 @@ class StartTask(_Message):
     code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     # The image or interpreter the attempt runs in; None: the agent's own interpreter.
     environment: RuntimeEnvironment | None = None
+    # False: never in a warm process (the spec's warm_start), always a fresh interpreter.
+    warm_start: bool = True
 
     @model_serializer(mode="wrap")
     def _omit_defaults(self, handler: SerializerFunctionWrapHandler) -> object:
-        # Left out when None, so that a start without them reads as it did before.
+        # Left out at their defaults, so that a start without them reads as it did before.
         data = handler(self)
         if isinstance(data, dict):
             for optional in ("code_sha256", "environment"):
                 if data.get(optional) is None:
                     data.pop(optional, None)
+            if data.get("warm_start") is True:
+                del data["warm_start"]
         return data
 
 

@@ -72,6 +72,12 @@ class Containment:
         self.main_pid = pid
         self.main_alive = True
 
+    def adopt(self, pid: int) -> None:
+        """Take in a process that was started before the attempt (a warm process, which has
+        forked nothing yet). Without cgroups there is nothing to do: it leads its own session,
+        which is how the attempt's processes are found, and what it starts from now on carries
+        the marker in its environment."""
+
     def main_exited(self) -> None:
         """Its pid may now be reused: from here on it says nothing about the attempt."""
         self.main_alive = False
@@ -251,6 +257,11 @@ class CgroupContainment(Containment):
                 os.write(fd, b"0")
             finally:
                 os.close(fd)
+
+    def adopt(self, pid: int) -> None:
+        # Any process may be moved after exec by writing its pid (OSError if it cannot be).
+        for name in self._procs_files:
+            cgroups.write(Path(name), str(pid))
 
     def procs(self) -> set[int]:
         return {pid for pid in cgroups.read_pids(self.killer) if (_stat(pid) or ("X",))[0] != "Z"}

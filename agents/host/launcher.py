@@ -15,6 +15,7 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agents.environment import TaskEnvironment, TaskEnvironmentError
 from agents.host.containment import (
@@ -32,6 +33,9 @@ from agents.host.runtime_path import (
 )
 from agents.memory_size import format_memory
 from agents.protocol import MAX_LOG_LINE, StartTask, TaskExit, TaskKey
+
+if TYPE_CHECKING:
+    from agents.host.warm_pool import WarmProcess
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +128,10 @@ class _Protocol(asyncio.SubprocessProtocol):
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self._on_data(fd, data)
 
+    def redirect(self, on_data: Callable[[int, bytes], None]) -> None:
+        """Output from now on goes to ``on_data`` (a warm process handed to its attempt)."""
+        self._on_data = on_data
+
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd in self.closed and not self.closed[fd].done():
             self.closed[fd].set_result(None)
@@ -213,18 +221,30 @@ class TaskProcess:
         assert self._transport is not None
         return self._transport.get_pid()
 
+    def prepare(
+        self, command: StartTask, workspace: Path, server_url: str, ca_file: str | None = None
+    ) -> tuple[Path, dict[str, str]]:
+        """The attempt's working dir and environment, as a cold or a warm start gets them
+        (LaunchError if the start cannot run)."""
+        cwd = resolve_working_dir(workspace, command.working_dir)
+        return cwd, task_env(os.environ, command.env, server_url, ca_file)
+
+    def _mark(self, env: dict[str, str]) -> Path:
+        """The attempt's own variables: its containment marker and its termination file."""
+        env[MARKER_ENV] = self.containment.marker
+        self._termination_file = termination_file = new_termination_file()
+        env[TaskEnvironment.variable("termination_file")] = str(termination_file)
+        return termination_file
+
     async def spawn(
         self, command: StartTask, workspace: Path, server_url: str, ca_file: str | None = None
     ) -> None:
-        cwd = resolve_working_dir(workspace, command.working_dir)
-        env = task_env(os.environ, command.env, server_url, ca_file)
+        cwd, env = self.prepare(command, workspace, server_url, ca_file)
         python = command.environment.python if command.environment else None
         if python is not None:
             await self._lend_runtime(python, env)
         self._limit_memory(command.memory_limit)
-        env[MARKER_ENV] = self.containment.marker
-        self._termination_file = new_termination_file()
-        env[TaskEnvironment.variable("termination_file")] = str(self._termination_file)
+        termination_file = self._mark(env)
         containment = self.containment
 
         def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -245,13 +265,35 @@ class TaskProcess:
                 preexec_fn=preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            self._termination_file.unlink(missing_ok=True)
+            termination_file.unlink(missing_ok=True)
             if not isinstance(exc, OSError):  # preexec failed: the child could not join
                 raise LaunchError(
                     f"cannot run {command.argv[0]!r} in its {self.containment.kind} containment"
                 ) from exc
             raise LaunchError(f"cannot run {command.argv[0]!r}: {exc.strerror or exc}") from exc
         self.containment.attach(self._transport.get_pid())
+
+    async def adopt(
+        self, warm: WarmProcess, command: StartTask, cwd: Path, env: dict[str, str]
+    ) -> None:
+        """Make a warm process this attempt: into its containment, its output to this
+        attempt's log, then its task (``prepare``'s cwd and env). LaunchError if it cannot
+        be (the warm process is then discarded and nothing of the task has run)."""
+        env = dict(env)
+        self._mark(env)
+        try:
+            self.containment.adopt(warm.pid)
+            warm.hand_output(self.output.feed)
+            self._transport, self._protocol = warm.transport, warm.protocol
+            self.containment.attach(warm.pid)
+            await warm.assign(env, cwd, command.argv)
+        except OSError as exc:
+            # Nothing of the task ran: the attempt can still start cold.
+            warm.discard()
+            self._transport = self._protocol = None
+            if self._termination_file is not None:
+                self._termination_file.unlink(missing_ok=True)
+            raise LaunchError(f"cannot hand the task to warm process {warm.pid}: {exc}") from exc
 
     async def _lend_runtime(self, python: str, env: dict[str, str]) -> None:
         """Another interpreter gets Strata's runtime from this agent (see runtime_path)."""

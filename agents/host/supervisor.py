@@ -14,6 +14,7 @@ from agents.host.container_task import ContainerTask
 from agents.host.containers import DockerEngine
 from agents.host.containment import Containments, reap_orphans
 from agents.host.launcher import LaunchError, TaskProcess
+from agents.host.warm_pool import WarmPool, warm_start_refusal
 from agents.protocol import (
     MAX_LOG_BATCH,
     MAX_LOG_BATCH_CHARS,
@@ -95,8 +96,10 @@ class Supervisor:
         engine: DockerEngine | None = None,
         agent_label: str = "",
         nvidia: bool = False,
+        warm_pool: WarmPool | None = None,
     ) -> None:
         self.workspace = workspace
+        self.warm_pool = warm_pool  # None: every attempt starts cold
         # Where environment.image attempts run; None: they fail with the reason.
         self.engine = engine
         self.agent_label = agent_label  # on this agent's containers, to find its leftovers
@@ -139,7 +142,7 @@ class Supervisor:
         try:
             root = await self._code_root(bundle)
             try:
-                await process.spawn(command, root, self.server_url, ca_file=self.ca_file)
+                cold_reason = await self._launch(process, command, root)
             except LaunchError:
                 self._release(bundle)
                 raise
@@ -159,10 +162,40 @@ class Supervisor:
             key.attempt,
             process.pid,
         )
-        self._send(TaskStarted(key=key, pid=process.pid))
+        self._send(
+            TaskStarted(
+                key=key,
+                pid=process.pid,
+                warm=cold_reason is None,
+                cold_reason=None if cold_reason is None else cold_reason[:512],
+            )
+        )
         watcher = asyncio.create_task(self._watch(process))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
+
+    async def _launch(self, process: Attempt, command: StartTask, root: Path) -> str | None:
+        """Start the attempt in a warm process where it can be the same as a cold start, else
+        cold; why it started cold (None: it started warm)."""
+        reason = warm_start_refusal(command)
+        if reason is None and not isinstance(process, TaskProcess):
+            reason = "the job runs in its own environment"
+        if reason is None and (self.warm_pool is None or self.warm_pool.size == 0):
+            reason = "this agent keeps no warm processes"
+        if reason is None and isinstance(process, TaskProcess) and self.warm_pool is not None:
+            cwd, env = process.prepare(command, root, self.server_url, self.ca_file)
+            reason = self.warm_pool.refusal(command.argv, cwd, env)
+            warm = self.warm_pool.take() if reason is None else None
+            if reason is None and warm is None:
+                reason = "no warm process was ready"
+            if warm is not None:
+                try:
+                    await process.adopt(warm, command, cwd, env)
+                    return None
+                except LaunchError as exc:
+                    reason = str(exc)
+        await process.spawn(command, root, self.server_url, ca_file=self.ca_file)
+        return reason
 
     def _attempt(self, command: StartTask) -> Attempt:
         """A container for environment.image, else processes in their containment."""
@@ -217,7 +250,8 @@ class Supervisor:
         )
         self._finish(exit)
         if self.containments is not None and self.containments.subreaper and not self._spawning:
-            reap_orphans(keep={task.pid for task in self._tasks.values()})
+            keep = {task.pid for task in self._tasks.values()}
+            reap_orphans(keep=keep | (self.warm_pool.pids() if self.warm_pool else set()))
 
     def _finish(self, exit: TaskExit) -> None:
         self.flush_logs(exit.key)  # the last lines travel before the exit
