@@ -20,9 +20,11 @@ from backend.api import (
     hosts,
     jobs,
     metrics,
+    prometheus,
     streams,
     task_channel,
     tasks,
+    tensorboard,
     tokens,
 )
 from backend.api.body import BodyLimit
@@ -32,6 +34,9 @@ from backend.code.store import CodeStore
 from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.errors import install_error_handlers
+from backend.hosts.usage import UsageBoard
+from backend.monitoring.instruments import ServerMetrics
+from backend.monitoring.scrape import Scraper
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -42,6 +47,7 @@ from backend.streams.events import BROKER, PublishingSession
 from backend.streams.history import log_frame
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
+from backend.tensorboard.processes import TensorBoards
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +84,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.hub = AgentHub()
         app.state.runtimes = RuntimeLinks()
         app.state.ingestor = Ingestor(app.state.sessions, broker)
+        monitor.live.points_ingested = lambda: app.state.ingestor.points_written
+        monitor.live.stream_subscribers = broker.streams.total
+        # What agents last sampled of their GPUs and tasks (the heartbeats' usage).
+        app.state.usage = UsageBoard(broker, app.state.sessions)
 
         def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
             broker.publish(job_topic(job_id), log_frame(task, attempt, first, lines))
@@ -91,11 +101,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=app.state.sessions,
             hub=app.state.hub,
             tokens=app.state.tokens,
+            monitor=monitor,
+        )
+        # TensorBoards started on demand for jobs, stopped when idle (backend.tensorboard).
+        app.state.tensorboards = TensorBoards(
+            limit=settings.tensorboard_max,
+            idle_seconds=settings.tensorboard_idle_seconds,
+            start_seconds=settings.tensorboard_start_seconds,
+            log_dir=settings.data_dir / "tensorboard",
         )
         log.info("database ready (%s)", engine.dialect.name)
         background = [
             asyncio.create_task(app.state.controller.run(), name="controller"),
             asyncio.create_task(app.state.ingestor.run(), name="ingestor"),
+            asyncio.create_task(app.state.tensorboards.run(), name="tensorboards"),
         ]
         # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
         app.state.slurm = None
@@ -115,6 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await app.state.hub.close_all()
+            await app.state.tensorboards.close()
             await engine.dispose()
 
     app = FastAPI(
@@ -126,6 +146,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         separate_input_output_schemas=False,
     )
     app.state.settings = settings
+    # One registry per app: tests run several apps in one process.
+    monitor = app.state.monitor = ServerMetrics()
+    app.state.scraper = Scraper(monitor)
     app.state.tokens = TokenRegistry(
         {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
     )
@@ -145,10 +168,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         code.router,
         evaluator.router,
         metrics.router,
+        prometheus.router,
         hosts.router,
         agent_channel.router,
         task_channel.router,
         streams.router,
+        tensorboard.router,
         tokens.router,
     ):
         app.include_router(router)

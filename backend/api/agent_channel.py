@@ -27,12 +27,14 @@ from backend.api.deps import (
     HubDep,
     LogStoreDep,
     SettingsDep,
+    UsageDep,
     websocket_principal,
 )
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.config import Settings
 from backend.hosts.service import NameClash, connected_clash
+from backend.hosts.usage import UsageBoard
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
 from backend.slurm.reconcile import SlurmBackend
@@ -61,11 +63,14 @@ async def agent_channel(
     hub: HubDep,
     controller: ControllerDep,
     logs: LogStoreDep,
+    usage: UsageDep,
 ) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
     if principal is None or principal.kind not in (TokenKind.agent, TokenKind.job_agent):
-        await close(websocket, POLICY_VIOLATION, "an agent token is required")
+        await close(
+            websocket, POLICY_VIOLATION, "an agent token is required", cause="unauthenticated"
+        )
         return
     client = websocket.client
     inbound = Inbound(
@@ -81,11 +86,13 @@ async def agent_channel(
         return
     inbound.peer = f"agent {hello.name}"
     if hello.protocol != PROTOCOL_VERSION:
-        await _refuse(inbound, version_mismatch(hello))
+        await _refuse(inbound, version_mismatch(hello), cause="protocol_version")
         return
 
     if hello.identity is None:
-        await _refuse(inbound, "this agent presented no identity (Hello.identity)")
+        await _refuse(
+            inbound, "this agent presented no identity (Hello.identity)", cause="no_identity"
+        )
         return
 
     # An agent started in a job's Slurm allocation: its token names the job, and it may join
@@ -100,7 +107,7 @@ async def agent_channel(
         )
         if refusal is not None:
             security.refused(f"agent {hello.name}", f"a job agent token of job {bound_job}")
-            await _refuse(inbound, refusal)
+            await _refuse(inbound, refusal, cause="job_agent")
             return
 
     # One name, one host: an agent with another identity may not take a name in use,
@@ -118,7 +125,7 @@ async def agent_channel(
         or connected_elsewhere()  # again: an agent may have joined during the read
     )
     if clash is not None:
-        await _refuse(inbound, clash)
+        await _refuse(inbound, clash, cause="name_clash")
         return
     # No await from the check above to the attach: two agents saying hello at once under
     # one name cannot both pass (attach raises NameTaken if one somehow did).
@@ -143,11 +150,11 @@ async def agent_channel(
         try:
             first = await controller.on_hello(hello)
         except NameClash as clash:  # a hello under this name got in between: it stays
-            await _refuse(inbound, str(clash))
+            await _refuse(inbound, str(clash), cause="name_clash")
             return
         for reply in first:
             connection.send(reply)
-        await _serve(inbound, controller, logs, connection, settings.max_log_line_chars)
+        await _serve(inbound, controller, logs, usage, connection, settings.max_log_line_chars)
     except HelloTwice:
         await connection.close(POLICY_VIOLATION, "hello may only be sent once")
     except WebSocketDisconnect:
@@ -166,18 +173,19 @@ def version_mismatch(hello: Hello) -> str:
     )
 
 
-async def _refuse(inbound: Inbound, reason: str) -> None:
+async def _refuse(inbound: Inbound, reason: str, *, cause: str) -> None:
     """`refused` tells the agent to give up rather than reconnect; the close repeats why."""
     log.warning("refusing %s: %s", inbound.peer, reason)
     with contextlib.suppress(Exception):  # it may be gone already: the close says it anyway
         await inbound.websocket.send_text(Refused(reason=reason).model_dump_json())
-    await close(inbound.websocket, POLICY_VIOLATION, reason)
+    await close(inbound.websocket, POLICY_VIOLATION, reason, cause=cause)
 
 
 async def _serve(
     inbound: Inbound,
     controller: Controller,
     logs: LogStore,
+    usage: UsageBoard,
     connection: AgentConnection,
     max_line: int,
 ) -> None:
@@ -193,7 +201,7 @@ async def _serve(
 
     async def apply() -> None:
         while (message := await backlog.get()) is not _END:
-            await _dispatch(controller, logs, connection, message, max_line)
+            await _dispatch(controller, logs, usage, connection, message, max_line)
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
@@ -220,6 +228,7 @@ async def _serve(
 async def _dispatch(
     controller: Controller,
     logs: LogStore,
+    usage: UsageBoard,
     connection: AgentConnection,
     message: object,
     max_line: int,
@@ -227,6 +236,8 @@ async def _dispatch(
     host = connection.host_name
     if isinstance(message, Heartbeat):
         controller.on_heartbeat(host, message.running)
+        if message.usage is not None:
+            await usage.record(host, message.usage)
     elif isinstance(message, TaskStarted):
         controller.on_task_started(host, message.key, message.pid)
     elif isinstance(message, TaskExited):

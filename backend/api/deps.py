@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 from backend.auth import Principal, TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import session_scope
+from backend.hosts.usage import UsageBoard
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -79,6 +80,10 @@ def get_hub(connection: HTTPConnection) -> AgentHub:
     return app_state(connection, "hub", AgentHub)
 
 
+def get_usage(connection: HTTPConnection) -> UsageBoard:
+    return app_state(connection, "usage", UsageBoard)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 # For websocket routes: they open a short session per step instead of holding one as long as
@@ -90,6 +95,7 @@ IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 RuntimeLinksDep = Annotated[RuntimeLinks, Depends(get_runtime_links)]
 HubDep = Annotated[AgentHub, Depends(get_hub)]
+UsageDep = Annotated[UsageBoard, Depends(get_usage)]
 
 _bearer = HTTPBearer(auto_error=False, description="An admin token (printed by `strata up`).")
 

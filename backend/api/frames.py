@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.websockets import WebSocketDisconnected
 
 from backend.api.ratelimit import Clock, TokenBucket
+from backend.monitoring.instruments import ServerMetrics
 
 T = TypeVar("T")
 
@@ -33,10 +34,27 @@ POLICY_VIOLATION = 1008
 PROTOCOL_ERROR = 1002
 UNSUPPORTED_DATA = 1003
 MESSAGE_TOO_BIG = 1009
+TRY_AGAIN_LATER = 1013
 
 
-async def close(websocket: WebSocket, code: int, reason: str) -> None:
-    """Close with a reason (cut to what a close frame can carry), whatever state it is in."""
+# What /metrics counts a refusal under when the caller names no cause: by its close code.
+CAUSE_OF_CODE = {
+    POLICY_VIOLATION: "policy",
+    PROTOCOL_ERROR: "invalid_frame",
+    UNSUPPORTED_DATA: "binary_frame",
+    MESSAGE_TOO_BIG: "frame_too_big",
+    TRY_AGAIN_LATER: "too_slow",
+}
+
+
+async def close(websocket: WebSocket, code: int, reason: str, *, cause: str | None = None) -> None:
+    """Close with a reason (cut to what a close frame can carry), whatever state it is in.
+
+    Every close through here is a refusal of the peer: it is counted in /metrics under
+    `cause` (a short fixed word, never the reason, which may name anything)."""
+    monitor = getattr(getattr(websocket.scope.get("app"), "state", None), "monitor", None)
+    if isinstance(monitor, ServerMetrics):
+        monitor.refused(websocket.scope.get("path", ""), cause or CAUSE_OF_CODE.get(code, "other"))
     encoded = reason.encode()
     if len(encoded) > MAX_REASON:
         reason = encoded[:MAX_REASON].decode(errors="ignore")
@@ -82,10 +100,10 @@ class Inbound:
         self.peer = peer
         self._bucket = TokenBucket(limits.frames_per_second, limits.burst, clock)
 
-    async def refuse(self, code: int, reason: str) -> None:
+    async def refuse(self, code: int, reason: str, *, cause: str | None = None) -> None:
         """Close for a broken limit: the peer reads the reason, the server log names it."""
         log.warning("closing the websocket of %s (%d): %s", self.peer, code, reason)
-        await close(self.websocket, code, reason)
+        await close(self.websocket, code, reason, cause=cause)
 
     async def text(self, what: str = "") -> str | None:
         """The next text frame; None once the socket is closed, by the peer or for a reason.
@@ -100,10 +118,14 @@ class Inbound:
             return None
         text = message.get("text")
         if not isinstance(text, str):
-            await self.refuse(UNSUPPORTED_DATA, "binary frames are not accepted; send JSON text")
+            await self.refuse(
+                UNSUPPORTED_DATA,
+                "binary frames are not accepted; send JSON text",
+                cause="binary_frame",
+            )
             return None
         if not self._bucket.take():
-            await self.refuse(POLICY_VIOLATION, self._bucket.describe())
+            await self.refuse(POLICY_VIOLATION, self._bucket.describe(), cause="rate_limit")
             return None
         if len(text) > self.limits.max_bytes:
             frame = f"{what} frame" if what else "frame"
@@ -129,7 +151,10 @@ class Inbound:
         except TimeoutError:
             reason = f"expected a {what} frame within {within:g}s"
             await close(
-                self.websocket, POLICY_VIOLATION, f"{reason}: {example}" if example else reason
+                self.websocket,
+                POLICY_VIOLATION,
+                f"{reason}: {example}" if example else reason,
+                cause="no_first_frame",
             )
             return None
         if raw is None:
@@ -137,7 +162,12 @@ class Inbound:
         try:
             return adapter.validate_json(raw)
         except ValidationError as exc:
-            await close(self.websocket, POLICY_VIOLATION, f"invalid {what} frame: {_problem(exc)}")
+            await close(
+                self.websocket,
+                POLICY_VIOLATION,
+                f"invalid {what} frame: {_problem(exc)}",
+                cause="invalid_frame",
+            )
             return None
 
     async def next(self, adapter: TypeAdapter[T]) -> T | None:

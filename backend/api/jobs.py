@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from agents.protocol import MAX_INT32
 from backend.api.code import get_code_store
-from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep
+from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep, UsageDep
 from backend.errors import (
     ROUTER_ERRORS,
     FieldIssue,
@@ -105,9 +105,14 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=error_responses(404))
-async def read_job(job_id: JobId, session: SessionDep, _: ReaderPrincipal) -> JobRead:
-    """A job with its tasks, placement, status and reason."""
-    return service.job_read(await service.get_job(session=session, job_id=job_id))
+async def read_job(
+    job_id: JobId, session: SessionDep, usage: UsageDep, _: ReaderPrincipal
+) -> JobRead:
+    """A job with its tasks (and their last CPU and memory samples), placement, status and
+    reason."""
+    return usage.annotate_job(
+        service.job_read(await service.get_job(session=session, job_id=job_id))
+    )
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))

@@ -71,7 +71,10 @@ async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
     principal = await websocket_principal(websocket)
     if principal is None or principal.kind not in (TokenKind.admin, TokenKind.viewer):
         await close(
-            websocket, POLICY_VIOLATION, "an admin or viewer token is required (header or ?token=)"
+            websocket,
+            POLICY_VIOLATION,
+            "an admin or viewer token is required (header or ?token=)",
+            cause="unauthenticated",
         )
         yield None
         return
@@ -80,7 +83,9 @@ async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
     limit = settings.max_streams_per_token
     if not broker.streams.take(principal, limit):
         await inbound.refuse(
-            POLICY_VIOLATION, f"too many open streams for this token (limit {limit})"
+            POLICY_VIOLATION,
+            f"too many open streams for this token (limit {limit})",
+            cause="too_many_streams",
         )
         yield None
         return
@@ -106,7 +111,9 @@ async def _subscribe(inbound: Inbound) -> Cursor | None:
     try:
         return Cursor.decode(request.cursor)
     except InvalidCursor as exc:
-        await close(inbound.websocket, POLICY_VIOLATION, f"invalid cursor: {exc}")
+        await close(
+            inbound.websocket, POLICY_VIOLATION, f"invalid cursor: {exc}", cause="invalid_frame"
+        )
         return None
 
 
@@ -135,7 +142,9 @@ async def _job_stream(inbound: Inbound, job_id: int) -> None:
         if not 1 <= job_id <= MAX_INT32 or not await service.job_exists(
             session=session, job_id=job_id
         ):
-            await close(websocket, POLICY_VIOLATION, f"job {job_id} does not exist")
+            await close(
+                websocket, POLICY_VIOLATION, f"job {job_id} does not exist", cause="unknown_job"
+            )
             return
         # Subscribe before reading history, so nothing published meanwhile is missed.
         subscription = broker.subscribe([job_topic(job_id)])

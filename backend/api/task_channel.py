@@ -59,7 +59,12 @@ async def task_channel(
     await websocket.accept()
     principal = await websocket_principal(websocket)
     if principal is None or principal.kind is not TokenKind.task or principal.job_id is None:
-        await close(websocket, POLICY_VIOLATION, "a task token (STRATA_TASK_TOKEN) is required")
+        await close(
+            websocket,
+            POLICY_VIOLATION,
+            "a task token (STRATA_TASK_TOKEN) is required",
+            cause="unauthenticated",
+        )
         return
     job_id = principal.job_id
     inbound = Inbound(websocket, frame_limits(settings), f"a runtime of job {job_id}")
@@ -77,7 +82,10 @@ async def task_channel(
     if task is None or hello.attempt > task.attempt:
         security.refused(inbound.peer, "a task_hello for a task attempt its job does not have")
         await close(
-            websocket, POLICY_VIOLATION, f"job {job_id} has no {hello.task} attempt {hello.attempt}"
+            websocket,
+            POLICY_VIOLATION,
+            f"job {job_id} has no {hello.task} attempt {hello.attempt}",
+            cause="unknown_attempt",
         )
         return
     spec = JobSpec.model_validate(task.job.spec, strict=False)

@@ -10,6 +10,27 @@ from agents.runtime_environment import EngineInfo
 from backend.jobs.states import HostStatus, TaskStatus
 
 
+class DeviceStatsRead(BaseModel):
+    """A GPU's utilisation and memory when its agent last sampled them (NVML)."""
+
+    utilization_percent: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    sampled_at: datetime
+
+
+class TaskStatsRead(BaseModel):
+    """What a task attempt's processes used together when its agent last sampled them."""
+
+    attempt: int
+    cpu_percent: float | None = Field(
+        description="Of one core (200: two busy cores), over the agent's last few seconds."
+    )
+    cpu_seconds: float | None = Field(description="User and system CPU time so far.")
+    rss_bytes: int | None = Field(description="Resident memory, page cache left out.")
+    sampled_at: datetime
+
+
 class DeviceRead(BaseModel):
     index: int
     kind: str
@@ -17,6 +38,10 @@ class DeviceRead(BaseModel):
     uuid: str | None
     memory_mb: int | None
     simulated: bool
+    stats: DeviceStatsRead | None = Field(
+        default=None,
+        description="Its last sample; null for simulated devices and until its agent reports.",
+    )
 
 
 class HostRead(BaseModel):
@@ -44,6 +69,7 @@ class TaskRef(BaseModel):
     status: TaskStatus
     port: int | None
     gpus: list[int]
+    stats: TaskStatsRead | None = None  # its current attempt's last sample
 
 
 class DeviceUsage(DeviceRead):

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.hosts.schemas import TaskStatsRead
 from backend.jobs.actions import JobActions
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
@@ -27,6 +28,11 @@ class TaskRead(BaseModel):
     exit_code: int | None
     started_at: datetime | None
     finished_at: datetime | None
+    stats: TaskStatsRead | None = Field(
+        default=None,
+        description="CPU and memory of the current attempt's processes, sampled by its agent "
+        "every few seconds while it runs.",
+    )
 
 
 class JobRead(BaseModel):

@@ -34,6 +34,7 @@ from backend.hosts.service import (
     identity_clash,
     register_host,
 )
+from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling import task_events
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.hub import AgentHub
@@ -70,8 +71,10 @@ class Controller:
         sessions: async_sessionmaker[AsyncSession],
         hub: AgentHub,
         tokens: TokenRegistry,
+        monitor: ServerMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.monitor = monitor  # times passes; transactions record what they decided
         self.sessions = sessions
         self.view = ClusterView()
         self.backend = NativeAgents(settings=settings, tokens=tokens, hub=hub)
@@ -115,6 +118,7 @@ class Controller:
 
     async def reconcile(self) -> None:
         """One pass: every reconciler, in order, in one transaction."""
+        began = time.perf_counter()
         try:
             async with self._transaction() as tx:
                 for reconciler in self.reconcilers:
@@ -122,6 +126,9 @@ class Controller:
         except BaseException:
             self.view.capacity_changed()  # placed in memory, never committed
             raise
+        finally:
+            if self.monitor is not None:
+                self.monitor.reconcile_seconds.observe(time.perf_counter() - began)
         self._send(tx.outbox)
 
     @contextlib.asynccontextmanager
@@ -129,7 +136,7 @@ class Controller:
         """Under the lock, a transaction that commits if the block ends normally; what it
         noted for after the commit is applied then. Its commands are the caller's to send."""
         async with self._lock, self.sessions() as session:
-            tx = Transaction(session=session, backend=self.backend)
+            tx = Transaction(session=session, backend=self.backend, monitor=self.monitor)
             yield tx
             await session.commit()
         for note in tx.after_commit:

@@ -88,7 +88,20 @@ async def after_failure(
     for task in tasks:
         if task.name in plan.tasks:
             restart_in_place(tx=tx, task=task, delay=delay, reason=reason)
+    cause = failure_cause(exit_code, error, over_memory_limit)
+    tx.observe(lambda metrics: metrics.restarts.labels(cause=cause).inc())
     return Decision(True, reason)
+
+
+def failure_cause(exit_code: int | None, error: str | None, over_memory_limit: int | None) -> str:
+    """What /metrics counts a restart after a failure under (a short fixed word)."""
+    if over_memory_limit is not None:
+        return "over_memory_limit"
+    if exit_code is None and error is not None:
+        return "start_failed"
+    if exit_code is None or exit_code < 0 or exit_code >= 128:
+        return "task_killed"  # a signal (128+N in a shell or container), or it vanished
+    return "task_failed"
 
 
 def restart_in_place(*, tx: Transaction, task: Task, delay: float, reason: str) -> None:
@@ -134,6 +147,7 @@ async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision
         reason=f"{reason}; re-placing the job (restart {job.restart_count + 1} of "
         f"{policy.max_restarts})",
     )
+    tx.observe(lambda metrics: metrics.restarts.labels(cause="host_lost").inc())
     return Decision(True, reason)
 
 
@@ -148,6 +162,7 @@ async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
             "or failed job can be restarted"
         )
     await replace_job(tx=tx, job=job, reason="restart requested")
+    tx.observe(lambda metrics: metrics.restarts.labels(cause="requested").inc())
 
 
 async def request_task_restart(tx: Transaction, *, job_id: int, task_name: str) -> None:
@@ -168,6 +183,7 @@ async def request_task_restart(tx: Transaction, *, job_id: int, task_name: str) 
         raise Conflict(f"{task_name} of job {job_id} is not placed yet")
     plan = plan_restart(job.strategy, task_name, [t.name for t in tasks])
     reason = f"restart of {task_name} requested"
+    tx.observe(lambda metrics: metrics.restarts.labels(cause="requested").inc())
     if plan.job_level and job.status is not JobStatus.restarting:
         job.restart_count += 1
         await transition_job(

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import ServerMessage, TaskKey
 from backend.jobs.models import Job, Task
+from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.backend import TaskBackend
 
 
@@ -36,6 +37,14 @@ class Transaction:
     outbox: Outbox = field(default_factory=Outbox)
     # What to note in memory once the transaction has committed (never if it rolls back).
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+    monitor: ServerMetrics | None = None  # the server's instruments (/metrics)
+
+    def observe(self, record: Callable[[ServerMetrics], None]) -> None:
+        """Record something in the server's metrics once this transaction has committed (a
+        restart decided, a job placed): never for a change that was rolled back."""
+        monitor = self.monitor
+        if monitor is not None:
+            self.after_commit.append(lambda: record(monitor))
 
     def start(self, host: str, job: Job, task: Task, *, force: bool = False) -> None:
         """Start the task's current attempt on that host, once this transaction commits."""

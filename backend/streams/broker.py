@@ -83,6 +83,10 @@ class StreamSlots:
     def held(self, holder: Hashable) -> int:
         return self._open.get(holder, 0)
 
+    def total(self) -> int:
+        """Streams open now, whoever holds them."""
+        return sum(self._open.values())
+
 
 class Broker:
     def __init__(self, queue_frames: int = QUEUE_FRAMES) -> None:

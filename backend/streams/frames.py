@@ -110,13 +110,29 @@ class LogFrame(ServerFrame):
     lines: list[str]
 
 
+class UsageFrame(ServerFrame):
+    """What one task attempt and the GPUs it holds used, sampled by its agent every few
+    seconds. Live only: kept in no history, and a cursor does not count it."""
+
+    type: Literal["usage"]
+    task: str
+    attempt: int
+    host: str
+    wall_time: float = Field(description="When the agent sampled it (seconds since the epoch).")
+    values: dict[str, float | None] = Field(
+        description="task/cpu_percent, task/cpu_seconds, task/rss_bytes, and per GPU it holds "
+        "host/gpu<i>/utilization_percent, host/gpu<i>/memory_used_bytes and "
+        "host/gpu<i>/memory_total_bytes; null where the agent could not read one."
+    )
+
+
 class HistoryEndFrame(ServerFrame):
     """History is over: what follows is live."""
 
     type: Literal["history_end"]
 
 
-Frame = EventFrame | CheckpointFrame | MetricsFrame | LogFrame | HistoryEndFrame
+Frame = EventFrame | CheckpointFrame | MetricsFrame | LogFrame | UsageFrame | HistoryEndFrame
 
 
 class StreamFrame(RootModel[Annotated[Frame, Field(discriminator="type")]]):

@@ -26,6 +26,7 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/hosts"),
     ("DELETE", "/hosts/local-0"),
     ("GET", "/cluster"),
+    ("GET", "/metrics"),
     ("POST", "/tokens"),
     ("GET", "/tokens"),
     ("DELETE", "/tokens/1"),

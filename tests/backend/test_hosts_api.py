@@ -81,6 +81,7 @@ async def test_cluster_shows_which_task_holds_which_gpu(api: Api) -> None:
         "status": "running",
         "port": 42001,
         "gpus": [1],
+        "stats": None,  # no agent has sampled it
     }
     assert cluster["totals"] == {
         "hosts": 3,

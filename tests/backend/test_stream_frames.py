@@ -29,7 +29,14 @@ from tests.support.factories import make_spec
 from tests.support.runtime_channel import reply, runtime
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-FRAMES = ("CheckpointFrame", "EventFrame", "HistoryEndFrame", "LogFrame", "MetricsFrame")
+FRAMES = (
+    "CheckpointFrame",
+    "EventFrame",
+    "HistoryEndFrame",
+    "LogFrame",
+    "MetricsFrame",
+    "UsageFrame",
+)
 
 
 @pytest.fixture

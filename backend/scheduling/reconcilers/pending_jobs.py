@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
+from backend.db import utcnow
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -106,6 +107,9 @@ class PendingJobs:
             task.started_at = task.finished_at = None
             tx.start(slot.host_name, job, task, force=True)
         hosts = sorted({slot.host_name for slot in slots.values()})
+        if job.restart_count == 0 and job.started_at is None:  # its first placement
+            waited = max(0.0, (utcnow() - job.created_at).total_seconds())
+            tx.observe(lambda metrics: metrics.placement_seconds.observe(waited))
         await transition_job(
             session=tx.session,
             job=job,

@@ -13,7 +13,7 @@ export interface paths {
         };
         /**
          * Read Cluster
-         * @description Hosts, devices, and which task holds what.
+         * @description Hosts, devices, and which task holds what, with their last usage samples.
          */
         get: operations["read_cluster_cluster_get"];
         put?: never;
@@ -104,7 +104,7 @@ export interface paths {
         };
         /**
          * List Hosts
-         * @description Every host that has joined, with its devices and heartbeat age.
+         * @description Every host that has joined, with its devices (and their last usage) and heartbeat age.
          */
         get: operations["list_hosts_hosts_get"];
         put?: never;
@@ -168,7 +168,8 @@ export interface paths {
         };
         /**
          * Read Job
-         * @description A job with its tasks, placement, status and reason.
+         * @description A job with its tasks (and their last CPU and memory samples), placement, status and
+         *     reason.
          */
         get: operations["read_job_jobs__job_id__get"];
         put?: never;
@@ -355,6 +356,26 @@ export interface paths {
          * @description Restart one task on its host and port (with the tasks its role restarts along with it).
          */
         post: operations["restart_task_jobs__job_id__tasks__task__restart_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus Metrics
+         * @description The server's metrics in the Prometheus text format (an admin or viewer token).
+         */
+        get: operations["prometheus_metrics_metrics_get"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -653,8 +674,27 @@ export interface components {
             name: string;
             /** Simulated */
             simulated: boolean;
+            /** @description Its last sample; null for simulated devices and until its agent reports. */
+            stats?: components["schemas"]["DeviceStatsRead"] | null;
             /** Uuid */
             uuid: string | null;
+        };
+        /**
+         * DeviceStatsRead
+         * @description A GPU's utilisation and memory when its agent last sampled them (NVML).
+         */
+        DeviceStatsRead: {
+            /** Memory Total Bytes */
+            memory_total_bytes: number | null;
+            /** Memory Used Bytes */
+            memory_used_bytes: number | null;
+            /**
+             * Sampled At
+             * Format: date-time
+             */
+            sampled_at: string;
+            /** Utilization Percent */
+            utilization_percent: number | null;
         };
         /** DeviceUsage */
         DeviceUsage: {
@@ -668,6 +708,8 @@ export interface components {
             name: string;
             /** Simulated */
             simulated: boolean;
+            /** @description Its last sample; null for simulated devices and until its agent reports. */
+            stats?: components["schemas"]["DeviceStatsRead"] | null;
             task: components["schemas"]["TaskRef"] | null;
             /** Uuid */
             uuid: string | null;
@@ -1311,7 +1353,7 @@ export interface components {
          * @description Any frame the server sends on `/jobs/{id}/stream` (all kinds) or `/stream` (events
          *     and checkpoints of every job, then `history_end`).
          */
-        StreamFrame: components["schemas"]["EventFrame"] | components["schemas"]["CheckpointFrame"] | components["schemas"]["MetricsFrame"] | components["schemas"]["LogFrame"] | components["schemas"]["HistoryEndFrame"];
+        StreamFrame: components["schemas"]["EventFrame"] | components["schemas"]["CheckpointFrame"] | components["schemas"]["MetricsFrame"] | components["schemas"]["LogFrame"] | components["schemas"]["UsageFrame"] | components["schemas"]["HistoryEndFrame"];
         /**
          * Subscribe
          * @description The first (and only) frame a client sends on a stream.
@@ -1353,6 +1395,8 @@ export interface components {
             role: string;
             /** Started At */
             started_at: string | null;
+            /** @description CPU and memory of the current attempt's processes, sampled by its agent every few seconds while it runs. */
+            stats?: components["schemas"]["TaskStatsRead"] | null;
             status: components["schemas"]["TaskStatus"];
         };
         /**
@@ -1368,9 +1412,38 @@ export interface components {
             job_name: string;
             /** Port */
             port: number | null;
+            stats?: components["schemas"]["TaskStatsRead"] | null;
             status: components["schemas"]["TaskStatus"];
             /** Task */
             task: string;
+        };
+        /**
+         * TaskStatsRead
+         * @description What a task attempt's processes used together when its agent last sampled them.
+         */
+        TaskStatsRead: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Cpu Percent
+             * @description Of one core (200: two busy cores), over the agent's last few seconds.
+             */
+            cpu_percent: number | null;
+            /**
+             * Cpu Seconds
+             * @description User and system CPU time so far.
+             */
+            cpu_seconds: number | null;
+            /**
+             * Rss Bytes
+             * @description Resident memory, page cache left out.
+             */
+            rss_bytes: number | null;
+            /**
+             * Sampled At
+             * Format: date-time
+             */
+            sampled_at: string;
         };
         /**
          * TaskStatus
@@ -1468,6 +1541,41 @@ export interface components {
              * @description The stored token's id (`GET /tokens`); null for a token from the server's settings.
              */
             token_id: number | null;
+        };
+        /**
+         * UsageFrame
+         * @description What one task attempt and the GPUs it holds used, sampled by its agent every few
+         *     seconds. Live only: kept in no history, and a cursor does not count it.
+         */
+        UsageFrame: {
+            /** Attempt */
+            attempt: number;
+            /**
+             * Cursor
+             * @description Where this subscriber is, after this frame; opaque. Subscribe with the last one seen to resume from there.
+             */
+            cursor: string;
+            /** Host */
+            host: string;
+            /** Task */
+            task: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "usage";
+            /**
+             * Values
+             * @description task/cpu_percent, task/cpu_seconds, task/rss_bytes, and per GPU it holds host/gpu<i>/utilization_percent, host/gpu<i>/memory_used_bytes and host/gpu<i>/memory_total_bytes; null where the agent could not read one.
+             */
+            values: {
+                [key: string]: number | null;
+            };
+            /**
+             * Wall Time
+             * @description When the agent sampled it (seconds since the epoch).
+             */
+            wall_time: number;
         };
     };
     responses: never;
@@ -2741,6 +2849,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    prometheus_metrics_metrics_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Jobs, tasks, hosts and GPUs counted now; the controller's pass and placement times, restarts, ingested points, streams and websocket refusals. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=1.0.0; charset=utf-8": string;
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };

@@ -17,6 +17,9 @@ export type Cluster = Schemas["ClusterRead"];
 export type HostUsage = Schemas["HostUsage"];
 export type DeviceUsage = Schemas["DeviceUsage"];
 export type TaskRef = Schemas["TaskRef"];
+/** What agents last sampled (every 5 s): a GPU's utilisation and memory, a task's CPU and RSS. */
+export type DeviceStats = Schemas["DeviceStatsRead"];
+export type TaskStats = Schemas["TaskStatsRead"];
 export type LogPage = Schemas["LogPage"];
 export type MetricsRead = Schemas["MetricsRead"];
 
@@ -52,6 +55,8 @@ export type Columns = MetricsFrame["series"][string];
 export type LogFrame = Schemas["LogFrame"];
 export type CheckpointFrame = Schemas["CheckpointFrame"];
 export type HistoryEndFrame = Schemas["HistoryEndFrame"];
+/** Live only: a task attempt's task/* and its GPUs' host/* figures, as its agent sampled them. */
+export type UsageFrame = Schemas["UsageFrame"];
 export type StreamFrame = Schemas["StreamFrame"];
 /** The one frame a client sends: the first, with the last cursor it saw (null: all history). */
 export type Subscribe = Schemas["Subscribe"];

@@ -1,6 +1,7 @@
 // The job's tasks by host and role, coloured by state, with attempts and per-task restart.
-import type { Task } from "../api/types";
+import type { Task, UsageFrame } from "../api/types";
 import { StatusBadge } from "./common";
+import { TaskUsage, taskFigures, taskUsageText } from "./Usage";
 
 const ROLES = ["chief", "worker", "ps", "evaluator"] as const;
 
@@ -11,9 +12,11 @@ export interface TopologyProps {
   onSelect: (task: string) => void;
   onRestart: ((task: Task) => void) | null;
   busy: Set<string>;
+  /** The job stream's last usage frame per task, fresher than the tasks' own stats. */
+  usage?: Map<string, UsageFrame>;
 }
 
-export function Topology({ tasks, hostStatus, selected, onSelect, onRestart, busy }: TopologyProps) {
+export function Topology({ tasks, hostStatus, selected, onSelect, onRestart, busy, usage }: TopologyProps) {
   const byHost = new Map<string, Task[]>();
   for (const task of tasks) {
     const host = task.host ?? "";
@@ -52,6 +55,7 @@ export function Topology({ tasks, hostStatus, selected, onSelect, onRestart, bus
                         onSelect={onSelect}
                         onRestart={onRestart}
                         busy={busy.has(task.name)}
+                        live={usage?.get(task.name)}
                       />
                     ))}
                   </div>
@@ -71,13 +75,18 @@ function TaskChip({
   onSelect,
   onRestart,
   busy,
+  live,
 }: {
   task: Task;
   selected: boolean;
   onSelect: (task: string) => void;
   onRestart: ((task: Task) => void) | null;
   busy: boolean;
+  live?: UsageFrame;
 }) {
+  const running = task.status === "running";
+  const figures = running ? taskFigures(task.stats, live?.attempt === task.attempt ? live : undefined) : null;
+  const usageText = taskUsageText(figures);
   const where = [task.port ? `port ${task.port}` : null, task.gpus.length ? `GPU ${task.gpus.join(",")}` : null, task.pid ? `pid ${task.pid}` : null]
     .filter(Boolean)
     .join(" · ");
@@ -88,7 +97,7 @@ function TaskChip({
       data-testid={`task-${task.name}`}
       data-status={task.status}
       data-attempt={task.attempt}
-      title={`${task.name}: ${task.status}${exit}${where ? ` · ${where}` : ""} · attempt ${task.attempt}. Click for its log.`}
+      title={`${task.name}: ${task.status}${exit}${where ? ` · ${where}` : ""} · attempt ${task.attempt}${usageText ? ` · ${usageText}` : ""}. Click for its log.`}
       onClick={() => onSelect(task.name)}
       role="button"
       tabIndex={0}
@@ -102,6 +111,7 @@ function TaskChip({
         </span>
       ) : null}
       {task.gpus.length ? <span class="att">GPU {task.gpus.join(",")}</span> : null}
+      <TaskUsage figures={figures} />
       {onRestart ? (
         <button
           type="button"

@@ -2,7 +2,7 @@
 // and from its stream the events, checkpoints, metric series and logs, all bounded. Views
 // subscribe and are told at most once per animation frame.
 import { ApiError, api, websocketUrl } from "../api/client";
-import { isFinished, type Checkpoint, type Job, type StreamEvent, type StreamFrame } from "../api/types";
+import { isFinished, type Checkpoint, type Job, type StreamEvent, type StreamFrame, type UsageFrame } from "../api/types";
 import { StreamClient, type StreamOptions, type StreamState } from "../stream/client";
 import { LogStore } from "./logs";
 import { coalesce, debounce } from "./schedule";
@@ -20,6 +20,8 @@ export class JobLive {
   checkpointsError: string | null = null;
   readonly series = new SeriesStore();
   readonly logs = new LogStore();
+  /** The last usage frame of each task (live only: none until the agents' next samples). */
+  readonly usage = new Map<string, UsageFrame>();
   stream: StreamState = { kind: "connecting", attempt: 0 };
   historyDone = false;
   fatal: string | null = null;
@@ -150,6 +152,9 @@ export class JobLive {
         this.checkpointsLoaded = true;
         break;
       }
+      case "usage":
+        this.usage.set(frame.task, frame);
+        break;
       case "history_end":
         this.historyDone = true;
         break;

@@ -5,6 +5,7 @@ import { ApiError, api, websocketUrl } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
 import type { Cluster, HostUsage } from "../api/types";
 import { Empty, ErrorState, Loading, StatusBadge } from "../components/common";
+import { GpuUsage, TaskUsage, taskFigures } from "../components/Usage";
 import { debounce } from "../data/schedule";
 import { StreamClient } from "../stream/client";
 import { setConnection } from "../ui/connection";
@@ -187,7 +188,9 @@ function HostCard({ host, age }: { host: HostUsage; age: number }) {
                   ) : (
                     <span class="faint">free</span>
                   )}
+                  {d.task ? <TaskUsage figures={taskFigures(d.task.stats)} /> : null}
                 </div>
+                <GpuUsage stats={d.stats} />
               </div>
             ))}
           </div>
@@ -211,6 +214,7 @@ function HostCard({ host, age }: { host: HostUsage; age: number }) {
                     {t.job_name} #{t.job_id}
                   </span>
                   {t.port ? <span class="att">:{t.port}</span> : null}
+                  <TaskUsage figures={taskFigures(t.stats)} />
                 </a>
               ))}
             </div>

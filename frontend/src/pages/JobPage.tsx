@@ -391,6 +391,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
                 }}
                 onRestart={actions.task_restart && !readOnly ? restartTask : null}
                 busy={busy}
+                usage={live.usage}
               />
             ) : (
               <div class="state compact">This job has no tasks.</div>

@@ -1,0 +1,1 @@
+"""The server's own metrics for Prometheus (`GET /metrics`)."""
