@@ -153,6 +153,19 @@ class Settings(BaseSettings):
         description="The built dashboard (index.html and assets), served at /ui/; "
         "frontend/dist of this checkout when unset.",
     )
+    # TensorBoard per job, or per set of jobs compared (backend/tensorboard).
+    tensorboard_max: int = Field(
+        default=4,
+        ge=0,
+        le=64,
+        description="TensorBoard processes the server runs at once (0: none); one more is a 409.",
+    )
+    tensorboard_idle_seconds: float = Field(
+        default=600.0, gt=0, description="A TensorBoard nobody used for this long is stopped."
+    )
+    tensorboard_start_seconds: float = Field(
+        default=60.0, gt=0, description="How long a TensorBoard may take to start serving."
+    )
 
     # Slurm (docs/slurm.md): a job whose spec has a `slurm:` section runs as one Slurm job.
     slurm_enabled: bool = Field(

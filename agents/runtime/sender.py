@@ -576,7 +576,10 @@ def get_sender() -> MetricSink:
     if sender is None:
         with _instance_lock:
             if _instance is None:
-                _instance = from_env()
+                # The points go to TensorBoard event files too, where the task has a dir.
+                from agents.runtime.event_files import with_event_files
+
+                _instance = with_event_files(from_env())
             sender = _instance
     return sender
 

@@ -1,0 +1,1 @@
+"""TensorBoard for jobs: processes started on demand, served behind Strata's authentication."""
