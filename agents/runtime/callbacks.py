@@ -245,6 +245,11 @@ class MetricsTracker:
         return get_sender()
 
     @property
+    def sample_stride(self) -> int:
+        """Under PS, the steps between two RemoteValues held for their outputs."""
+        return self._stride
+
+    @property
     def epoch_started(self) -> bool:
         return self._epoch_start is not None
 

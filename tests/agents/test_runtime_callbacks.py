@@ -9,6 +9,7 @@ with the same shape (the real thing is checked end to end elsewhere).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import time
@@ -323,11 +324,10 @@ def test_remote_batch_logs_are_resolved_off_the_training_thread(recorder: Record
     tracker.train_begin({"steps": 8, "epochs": 1}, coordinator=object())
     tracker.epoch_begin(0)
     remote = [FakeRemoteValue({"loss": 1.0 / (i + 1), "accuracy": 0.5}) for i in range(4)]
-    started = time.perf_counter()
+    # None of them is ready: were scheduling to wait for a closure, this loop would hang.
     for chunk, value in enumerate(remote):  # steps_per_execution = 2
         tracker.batch_begin(chunk * 2)
         tracker.batch_end(chunk * 2 + 1, value)
-    assert time.perf_counter() - started < 0.05  # scheduling never waits for the closures
     assert recorder.series("batch/loss") == []
     assert tracker.completed_step() == 0
     for value in remote[:3]:
@@ -412,8 +412,11 @@ def test_ps_batch_sampling_stride(recorder: Recorder) -> None:
 
     # Before the rate is known: a quarter epoch apart.
     assert len(run_epoch(0)) == 4
-    # Then about one per second of training: 6400 steps in well under a second is one.
-    assert len(run_epoch(1)) == 1
+    # Then about one per second of training, from the rate epoch 0 had: 6400 steps here take
+    # well under 10 s however loaded the machine is, so at most 10 (and on a quiet one, 1).
+    stride = tracker.sample_stride
+    assert stride >= 640
+    assert len(run_epoch(1)) == math.ceil(6400 / stride)
     tracker.train_end()
 
 
@@ -422,12 +425,10 @@ def test_report_takes_numbers_tensors_and_remote_values(recorder: Recorder) -> N
     import tensorflow as tf
 
     pending = FakeRemoteValue(np.float32(0.25))
-    started = time.perf_counter()
     runtime.report("loss", 1.5, 1)
     runtime.report("loss", tf.constant(0.5), 2)
-    runtime.report("loss", pending, 3)
+    runtime.report("loss", pending, 3)  # returns although it is not ready: report never waits
     runtime.report("custom metric!", 7, 4)
-    assert time.perf_counter() - started < 0.05
     recorder.wait_for("loss", 2)
     time.sleep(0.05)
     assert recorder.series("loss") == [(1, 1.5), (2, 0.5)]

@@ -3,8 +3,6 @@ that names the hosts without one when none has."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, listed, place
@@ -88,12 +86,10 @@ def test_too_little_room_on_the_engine_hosts_says_the_image_limits_the_choice() 
     assert [len(h.free_gpus) for h in hosts] == [8, 1]  # nothing taken
 
 
-def test_placing_image_jobs_on_a_thousand_hosts_stays_fast() -> None:
+def test_image_jobs_on_a_thousand_hosts_land_only_on_engine_hosts() -> None:
+    # How fast placement is at this size is bench/scale.py's to measure, not a test's.
     hosts = [host(f"local-{i}", 8, engine=i % 2 == 0) for i in range(1000)]
-    began = time.perf_counter()
     for _ in range(100):
         slots = place(PS_JOB, hosts, image=IMAGE)
         assert not isinstance(slots, Unplaceable)
         assert all(s.host_id % 2 == 0 for s in slots.values())
-    # About a millisecond each on a laptop; generous for a loaded CI machine.
-    assert (time.perf_counter() - began) / 100 < 0.05
