@@ -20,6 +20,7 @@ from agents.vocabulary import format_task_name
 from backend.hosts.schemas import ClusterRead, DeviceStatsRead, HostRead, TaskStatsRead
 from backend.jobs.models import Task
 from backend.jobs.schemas import JobRead
+from backend.jobs.states import HostStatus
 from backend.streams.broker import Broker, job_topic
 from backend.streams.frames import UsageFrame
 
@@ -98,15 +99,18 @@ class UsageBoard:
         )
 
     def annotate_hosts(self, hosts: list[HostRead]) -> list[HostRead]:
+        """Device stats of online hosts (a lost host's last sample says nothing about now)."""
         for host in hosts:
+            online = host.status is HostStatus.online
             for device in host.devices:
-                device.stats = self.device(host.name, device.index)
+                device.stats = self.device(host.name, device.index) if online else None
         return hosts
 
     def annotate_cluster(self, cluster: ClusterRead) -> ClusterRead:
         for host in cluster.hosts:
+            online = host.status is HostStatus.online
             for device in host.devices:
-                device.stats = self.device(host.name, device.index)
+                device.stats = self.device(host.name, device.index) if online else None
             for ref in host.tasks:
                 ref.stats = self.task(ref.job_id, ref.task)
         return cluster
