@@ -243,6 +243,11 @@ class JobSpec(_Strict):
         "only) or an interpreter on the hosts; null for the agent's own interpreter.",
     )
     env: dict[str, str] = Field(default_factory=dict, max_length=256)
+    warm_start: bool = Field(
+        default=True,
+        description="Start tasks in the agents' warm processes (TensorFlow already imported) "
+        "where that is the same as a cold start; false: always a fresh interpreter.",
+    )
     replicas: Replicas
     checkpoint: CheckpointPolicy = CheckpointPolicy()
     restart: RestartPolicy = RestartPolicy()

@@ -225,3 +225,30 @@ def test_a_server_crash_while_the_slurm_job_runs_loses_nothing_and_submits_nothi
         "ps:0": 0,
     }
     wait_no_processes(job_id, server=server.url)
+
+
+def test_a_requeued_slurm_job_resumes_from_its_backup(server: Server) -> None:
+    job_id = server.submit(
+        entrypoint=["python", "examples/digits.py", "--epochs", "12"],
+        restart={"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0},
+        # A backup at every epoch end (epochs are short here): the resumed epoch is checkable.
+        checkpoint={"every_epochs": 1, "backup_every_seconds": 0},
+    )
+    running = server.wait_for(job_id, "at epoch 3", lambda j: len(server.epochs(job_id)) >= 3)
+    slurm_id = running["slurm_job_id"]
+    # What preemption with requeue does: the allocation ends, the job goes back to the queue.
+    server.cluster.run("scontrol", "requeue", slurm_id)
+    server.wait_for(job_id, "waiting for Slurm again", lambda j: j["status"] == "pending", 60)
+    # Slurm holds a requeued job back for two minutes; an administrator may let it go now.
+    server.cluster.wait_state(slurm_id, "PENDING")
+    server.cluster.run("scontrol", "update", f"JobId={slurm_id}", "StartTime=now")
+    done = server.wait_for(job_id, "succeeded", lambda j: j["status"] == "succeeded", 300)
+    chief = next(t for t in done["tasks"] if t["name"] == "chief:0")
+    assert chief["attempt"] >= 1
+    before = server.epochs(job_id, 0)
+    after = server.epochs(job_id, chief["attempt"])
+    # The epoch counter goes on from the backup rather than from 1.
+    assert after[0][0] > 1 and after[0][0] <= before[-1][0] + 1, (before, after)
+    assert after[-1][0] == 12
+    assert server.named(job_id) == [slurm_id]  # requeued, not submitted again
+    wait_no_processes(job_id, server=server.url)
