@@ -19,6 +19,7 @@ from agents.host.devices import discover
 from agents.host.identity import StateDirLock, default_state_dir, load_or_create_identity
 from agents.host.supervisor import Supervisor
 from agents.host.usage import GpuSampler, UsageSampler
+from agents.host.warm_pool import WarmPool, default_memory_budget, default_size
 from agents.protocol import Device, Heartbeat, Hello
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class AgentConfig:
     state_dir: Path | None = None  # its identity and lock; None: default_state_dir(name)
     bundle_cache_bytes: int = DEFAULT_CACHE_BYTES  # unpacked code bundles kept (LRU)
     containers: bool = True  # run environment.image tasks if a Docker engine answers
+    warm_pool: int | None = None  # idle warm processes kept; None: one per GPU plus one
+    warm_pool_memory: int | None = None  # bytes they may hold; None: a quarter of the host's
 
 
 def default_address(server_url: str) -> str:
@@ -76,6 +79,10 @@ class Agent:
         # The container engine for environment.image, when this host has one that answers.
         self.engine = DockerEngine.connect() if config.containers else None
         self.engine_info = self.engine.info() if self.engine is not None else None
+        self.warm_pool = WarmPool(
+            default_size(len(self.devices)) if config.warm_pool is None else config.warm_pool,
+            config.warm_pool_memory or default_memory_budget(),
+        )
         self.supervisor = Supervisor(
             config.workspace,
             config.server_url,
@@ -90,6 +97,7 @@ class Agent:
             engine=self.engine,
             agent_label=self.namespace,
             nvidia=self.engine_info.nvidia if self.engine_info is not None else False,
+            warm_pool=self.warm_pool,
         )
         # Sent with a heartbeat every few seconds: GPUs (real ones only) and task processes.
         self.usage = UsageSampler(self.supervisor.attempts, GpuSampler.open(self.devices))
@@ -142,11 +150,15 @@ class Agent:
             log.info("containers run on docker %s", self.engine_info.version)
             for removed in await asyncio.to_thread(self.engine.remove_leftovers, self.namespace):
                 log.warning("removed the container of %s, which this agent no longer runs", removed)
+        # After the leftovers are gone: a warm process is not an attempt's leftover.
+        self.warm_pool.start()
+        log.info("warm pool: up to %d warm processes", self.warm_pool.size)
         channel = asyncio.create_task(self.channel.run_forever())
         done, _ = await asyncio.wait(
             [channel, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
         )
         log.info("agent %s stopping its tasks", self.config.name)
+        await self.warm_pool.close()
         await self.supervisor.stop_all(self.config.stop_grace_seconds)
         self.containments.close()
         self.usage.close()

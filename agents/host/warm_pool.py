@@ -166,9 +166,10 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def host_memory_bytes() -> int | None:
+def default_memory_budget() -> int | None:
+    """A quarter of the host's memory (None where it cannot be read: no budget)."""
     with contextlib.suppress(OSError, ValueError):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * DEFAULT_MEMORY_SHARE)
     return None
 
 

@@ -35,6 +35,7 @@ from backend.auth import TokenKind
 from backend.config import Settings
 from backend.hosts.service import NameClash, connected_clash
 from backend.hosts.usage import UsageBoard
+from backend.scheduling.cluster import StartMode
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
 from backend.slurm.reconcile import SlurmBackend
@@ -239,7 +240,8 @@ async def _dispatch(
         if message.usage is not None:
             await usage.record(host, message.usage)
     elif isinstance(message, TaskStarted):
-        controller.on_task_started(host, message.key, message.pid)
+        mode = None if message.warm is None else StartMode(message.warm, message.cold_reason)
+        controller.on_task_started(host, message.key, message.pid, mode)
     elif isinstance(message, TaskExited):
         tail = [log_line(line, max_line) for line in message.exit.log_tail]
         await controller.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))

@@ -79,6 +79,26 @@ def agent(
             "are kept even over it): bytes, or a size like 2GiB or 500MB.",
         ),
     ] = format_memory(DEFAULT_CACHE_BYTES).replace(" ", ""),
+    warm_pool: Annotated[
+        int | None,
+        typer.Option(
+            envvar="STRATA_AGENT_WARM_POOL",
+            min=0,
+            max=64,
+            help="Warm processes to keep: Python with TensorFlow already imported, each taken "
+            "by one task start (0: every task starts cold). Default: one per GPU plus one.",
+            show_default=False,
+        ),
+    ] = None,
+    warm_pool_memory: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STRATA_AGENT_WARM_POOL_MEMORY",
+            help="The most resident memory idle warm processes may hold together (measured): "
+            "bytes, or a size like 4GiB. Default: a quarter of the host's memory.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(help="How much the agent logs: " + ", ".join(AGENT_LOG_LEVELS) + ".")
     ] = "info",
@@ -110,6 +130,10 @@ def agent(
         ca_file=None if ca_file is None else str(ca_file.resolve()),
         state_dir=None if state_dir is None else state_dir.resolve(),
         bundle_cache_bytes=cache_bytes,
+        warm_pool=warm_pool,
+        warm_pool_memory=None
+        if warm_pool_memory is None
+        else parse_warm_pool_memory(warm_pool_memory),
     )
     try:
         running = Agent(config)
@@ -130,6 +154,20 @@ def parse_bundle_cache_bytes(text: str) -> int:
         raise typer.BadParameter(
             f"{text!r} is no room at all: the bundle cache needs a size above 0, like 4GiB",
             param_hint="--bundle-cache-bytes",
+        )
+    return size
+
+
+def parse_warm_pool_memory(text: str) -> int:
+    """The --warm-pool-memory value in bytes: a positive size ("4GiB", "500MB")."""
+    try:
+        size = parse_memory(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--warm-pool-memory") from None
+    if size <= 0:
+        raise typer.BadParameter(
+            f"{text!r} holds no warm process: give a size above 0, or --warm-pool 0",
+            param_hint="--warm-pool-memory",
         )
     return size
 

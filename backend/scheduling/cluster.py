@@ -16,6 +16,20 @@ from backend.scheduling.placement import HostCapacity
 from backend.scheduling.running import RunningReports
 
 
+@dataclass(frozen=True)
+class StartMode:
+    """How an agent started an attempt: in a warm process, or cold and why (agents/host/
+    warm_pool.py)."""
+
+    warm: bool
+    cold_reason: str | None = None
+
+    def words(self) -> str:
+        if self.warm:
+            return "started warm"
+        return f"started cold ({self.cold_reason})" if self.cold_reason else "started cold"
+
+
 @dataclass
 class ClusterView:
     running: RunningReports = field(default_factory=RunningReports)
@@ -34,6 +48,8 @@ class ClusterView:
     # transaction per report, each waiting for the lock, did not keep up with a thousand
     # agents starting ten thousand tasks.
     reported_starts: dict[str, list[tuple[TaskKey, int]]] = field(default_factory=dict)
+    # How those starts came about, when the agent said: warm, or cold and why (for the event).
+    start_modes: dict[TaskKey, StartMode] = field(default_factory=dict)
     to_compare: dict[str, list[RunningTask]] = field(default_factory=dict)
     # What the cluster looked like when the queued jobs last found no room, and when.
     unplaced: tuple[object, ...] | None = None

@@ -36,7 +36,7 @@ from backend.hosts.service import (
 )
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling import task_events
-from backend.scheduling.cluster import ClusterView
+from backend.scheduling.cluster import ClusterView, StartMode
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import RESEND_SECONDS, NativeAgents
 from backend.scheduling.reconcilers import Reconciler
@@ -265,9 +265,14 @@ class Controller:
                 session=session, host=host, key=key
             )
 
-    def on_task_started(self, host_name: str, key: TaskKey, pid: int) -> None:
-        """A task attempt an agent has started: applied by the next pass."""
+    def on_task_started(
+        self, host_name: str, key: TaskKey, pid: int, mode: StartMode | None = None
+    ) -> None:
+        """A task attempt an agent has started (warm or cold, if it says): applied by the
+        next pass."""
         self.view.reported_starts.setdefault(host_name, []).append((key, pid))
+        if mode is not None:
+            self.view.start_modes[key] = mode
         # A heartbeat waiting to be compared was sent before this start: comparing it after
         # the start is applied would take the task for one that has already gone.
         self.view.to_compare.pop(host_name, None)

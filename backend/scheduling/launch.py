@@ -104,4 +104,5 @@ def start_message(
         # TensorFlow they serve variables with.
         # `environment: {}` is the agent's own interpreter, as no environment is.
         environment=spec.environment if spec.environment != RuntimeEnvironment() else None,
+        warm_start=spec.warm_start,
     )

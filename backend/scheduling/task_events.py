@@ -8,7 +8,7 @@ not on the reporting host, changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from sqlalchemy import select
@@ -26,6 +26,7 @@ from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
+from backend.scheduling.cluster import StartMode
 from backend.scheduling.outcome import judge_exit
 from backend.scheduling.transaction import Transaction
 
@@ -104,10 +105,14 @@ async def request_cancel(tx: Transaction, *, job_id: int) -> None:
 
 
 async def mark_started_many(
-    *, tx: Transaction, starts: Sequence[tuple[Host, TaskKey, int]]
+    *,
+    tx: Transaction,
+    starts: Sequence[tuple[Host, TaskKey, int]],
+    modes: Mapping[TaskKey, StartMode] | None = None,
 ) -> None:
-    """Apply agents' reports that they started these attempts, loading their jobs and tasks
-    in a few queries: a thousand agents report ten thousand starts within seconds."""
+    """Apply agents' reports that they started these attempts (warm or cold, where ``modes``
+    says), loading their jobs and tasks in a few queries: a thousand agents report ten
+    thousand starts within seconds."""
     session = tx.session
     job_ids = sorted({key.job_id for _, key, _ in starts})
     jobs: dict[int, Job] = {}
@@ -131,13 +136,23 @@ async def mark_started_many(
         assert task is not None and job is not None
         if task.status is TaskStatus.scheduled:
             task.status, task.pid, task.started_at = TaskStatus.running, pid, utcnow()
+            mode = (modes or {}).get(key)
+            data: dict[str, object] = {
+                "to": "running",
+                "attempt": task.attempt,
+                "pid": pid,
+                "host": host.name,
+            }
+            if mode is not None:
+                data.update(warm=mode.warm, cold_reason=mode.cold_reason)
+            started = mode.words() if mode is not None else "started"
             await record_event(
                 session=session,
                 job=job,
                 kind=EventKind.task_status,
                 task=task.name,
-                message=f"{task.name} started on {host.name} (pid {pid})",
-                data={"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name},
+                message=f"{task.name} {started} on {host.name} (pid {pid})",
+                data=data,
             )
         if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
             t.status is TaskStatus.running for t in tasks if t.role != Role.evaluator

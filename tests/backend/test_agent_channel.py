@@ -382,3 +382,24 @@ def test_a_clash_found_under_the_lock_refuses_the_hello_and_changes_nothing(
     assert not client.app.state.hub.connected("fake-host")  # type: ignore[attr-defined]
     (host,) = client.get("/hosts", headers=ADMIN).json()
     assert host["address"] == "10.1.2.3"
+
+
+def test_a_start_says_whether_it_was_warm_and_why_not(client: TestClient) -> None:
+    spec = {**job_spec(), "warm_start": False}
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello())
+        receive(ws)
+        job = client.post("/jobs", json=spec, headers=ADMIN).json()
+        start = receive(ws)
+        assert isinstance(start, StartTask) and start.warm_start is False
+        reason = "the job asks for cold starts (warm_start: false)"
+        started = TaskStarted(key=start.key, pid=7, warm=False, cold_reason=reason)
+        ws.send_text(started.model_dump_json())
+        _wait(client, job["id"], "running")
+    events = client.get(f"/jobs/{job['id']}/events", headers=ADMIN).json()
+    running = [e for e in events if e["data"].get("to") == "running"]
+    assert running[0]["message"] == f"chief:0 started cold ({reason}) on fake-host (pid 7)"
+    assert (running[0]["data"]["warm"], running[0]["data"]["cold_reason"]) == (False, reason)
+    # The default is left out of the start message, and a start that says nothing reads as before.
+    assert "warm_start" not in start.model_copy(update={"warm_start": True}).model_dump()
+    assert "warm" not in TaskStarted(key=start.key, pid=7).model_dump()

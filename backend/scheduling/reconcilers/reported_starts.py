@@ -29,7 +29,8 @@ async def apply_reported_starts(tx: Transaction, view: ClusterView, host_names: 
         for key, pid in started
     ]
     if starts:
-        await task_events.mark_started_many(tx=tx, starts=starts)
+        modes = {key: view.start_modes.pop(key) for _, key, _ in starts if key in view.start_modes}
+        await task_events.mark_started_many(tx=tx, starts=starts, modes=modes)
 
 
 class ReportedStarts:

@@ -1048,6 +1048,12 @@ export interface components {
             /** @default {} */
             strategy_options: components["schemas"]["StrategyOptions"];
             /**
+             * Warm Start
+             * @description Start tasks in the agents' warm processes (TensorFlow already imported) where that is the same as a cold start; false: always a fresh interpreter.
+             * @default true
+             */
+            warm_start: boolean;
+            /**
              * Working Dir
              * @description Under the agent's workspace, or under the code bundle's root.
              * @default .
