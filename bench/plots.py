@@ -47,38 +47,61 @@ def recovery_plot(recovery: dict[str, Any], out: Path) -> None:
 
 
 def scale_plot(scale: dict[str, Any], out: Path) -> None:
+    """How each figure grows with the agent count: solid lines SQLite, dashed PostgreSQL."""
     import matplotlib.pyplot as plt
 
-    runs = sorted((r for r in scale["runs"] if "failed" not in r), key=lambda r: r["agents"])
-    agents = [r["agents"] for r in runs]
-    figure, (latency, placing) = plt.subplots(1, 2, figsize=(9, 3.6), layout="constrained")
-    for key, label in (
-        ("get_jobs", "GET /jobs"),
-        ("get_cluster", "GET /cluster"),
-        ("post_jobs", "POST /jobs"),
-    ):
-        latency.plot(agents, [r[key]["p99_ms"] for r in runs], marker="o", label=f"{label} p99")
-    latency.axhline(100, color="tab:red", linestyle=":", label="GET /jobs target (100 ms)")
+    measured = [r for r in scale["runs"] if "failed" not in r]
+    figure, (latency, placing) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for database, style in (("sqlite", "-"), ("postgresql", "--")):
+        runs = sorted(
+            (r for r in measured if r.get("database", "sqlite") == database),
+            key=lambda r: r["agents"],
+        )
+        if not runs:
+            continue
+        agents = [r["agents"] for r in runs]
+        name = "PostgreSQL" if database == "postgresql" else "SQLite"
+        for key, label, color in (
+            ("get_jobs", "GET /jobs", "tab:blue"),
+            ("get_cluster", "GET /cluster", "tab:orange"),
+            ("get_job", "GET /jobs/{id}", "tab:purple"),
+            ("post_jobs", "POST /jobs", "tab:green"),
+        ):
+            shown = [(a, r[key]["p99_ms"]) for a, r in zip(agents, runs, strict=True) if key in r]
+            if shown:
+                latency.plot(
+                    *zip(*shown, strict=True),
+                    style,
+                    marker="o",
+                    color=color,
+                    label=f"{label} p99, {name}",
+                )
+        placing.plot(
+            agents,
+            [r["place_and_start_seconds"] for r in runs],
+            style,
+            marker="o",
+            color="tab:blue",
+            label=f"N jobs placed and running (s), {name}",
+        )
+        placing.plot(
+            agents,
+            [r["server_cores_heartbeats_only"] for r in runs],
+            style,
+            marker="s",
+            color="tab:orange",
+            label=f"server cores on heartbeats, {name}",
+        )
+    latency.axhline(50, color="tab:red", linestyle=":", label="GET /jobs target (50 ms)")
     latency.set_xscale("log")
     latency.set_xlabel("simulated agents")
     latency.set_ylabel("ms")
-    latency.legend(fontsize=8)
+    latency.legend(fontsize=7)
     latency.set_title("API latency with every agent heartbeating")
-    placing.plot(
-        agents,
-        [r["place_and_start_seconds"] for r in runs],
-        marker="o",
-        label="N jobs placed and running (s)",
-    )
-    placing.plot(
-        agents,
-        [r["server_cores_heartbeats_only"] for r in runs],
-        marker="s",
-        label="server cores on heartbeats",
-    )
+    placing.axhline(15, color="tab:red", linestyle=":", label="all running target (15 s)")
     placing.set_xscale("log")
     placing.set_xlabel("simulated agents (N jobs, 10 N tasks)")
-    placing.legend(fontsize=8)
+    placing.legend(fontsize=7)
     placing.set_title("Placement and heartbeat load")
     figure.savefig(out, dpi=110)
     plt.close(figure)

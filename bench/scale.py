@@ -1,8 +1,9 @@
 """Scale: many simulated agents and thousands of tasks against one server.
 
-    .venv/bin/python -m bench.scale [--quick] [--agents 100 1000]
+    .venv/bin/python -m bench.scale [--quick] [--agents 100 1000] [--databases sqlite postgresql]
 
-For each agent count A, a fresh `strata server` (SQLite) and A simulated agents: light
+For each database and agent count A, a fresh `strata server` (SQLite in its data dir, or a
+fresh database on a throwaway PostgreSQL cluster) and A simulated agents: light
 clients speaking the real agent protocol over real websockets (`agents.protocol`), spread
 over a few processes, each agent declaring 8 simulated GPUs and heartbeating every second
 with the tasks it "runs". A start_task is answered with task_started (a made-up pid) and the
@@ -12,17 +13,18 @@ is measured is the control plane.
 Then A parameter_server jobs of 10 tasks each (1 chief, 8 one-GPU workers, 1 ps), 10 x A
 tasks in all (10,000 at 1,000 agents), are submitted at once and timed until every one is
 running: the time to place A queued jobs. With all of them running and every agent
-heartbeating, the benchmark measures the latency (p50/p99) of `GET /jobs`, `GET /cluster`
-and `POST /jobs` (a job that waits: the cluster is full), the server's CPU (cores) over 10 s
-of heartbeats alone, before those requests, and its resident memory after them. Results go
-to bench/results/scale.json; docs/benchmarks.md
-renders them with a plot of how each grows with the agent count.
+heartbeating, the benchmark measures the latency (p50/p99) of `GET /jobs`, `GET /cluster`,
+`GET /jobs/{id}` and `POST /jobs` (a job that waits: the cluster is full), the server's CPU
+(cores) over 10 s of heartbeats alone, before those requests, and its resident memory after
+them. Results go to bench/results/scale.json; docs/benchmarks.md renders them with a plot of
+how each grows with the agent count, a line per database.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -56,6 +58,8 @@ from bench.harness import (
     cpu_seconds,
     machine_info,
     percentile,
+    postgres_cluster,
+    postgres_database,
     spread,
     strata_server,
 )
@@ -238,27 +242,47 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "n": len(times)}
 
 
-def measure(agents: int, requests: int, place_timeout: float) -> dict[str, Any]:
-    gc_log = RESULTS / "profiles" / f"scale-{agents}-gc.txt"
+DATABASES = ("sqlite", "postgresql")
+
+
+def measure(
+    agents: int,
+    requests: int,
+    place_timeout: float,
+    database_url: str | None = None,
+    profiles: Path = RESULTS / "profiles",
+) -> dict[str, Any]:
+    """One run: a fresh server on `database_url` (None: SQLite) and `agents` agents; its
+    samples and garbage collections are written under `profiles`."""
+    database = "postgresql" if database_url else "sqlite"
+    gc_log = profiles / f"scale-{database}-{agents}-gc.txt"
     gc_log.parent.mkdir(parents=True, exist_ok=True)
     gc_log.unlink(missing_ok=True)
     probe = {
         "PYTHONPATH": os.pathsep.join(filter(None, [str(GC_PROBE), os.environ.get("PYTHONPATH")])),
         "STRATA_BENCH_GC_LOG": str(gc_log),
     }
-    with strata_server(extra_env=probe) as server:
+    with strata_server(database_url, extra_env=probe) as server:
         try:
-            result = _measure(server, agents, requests, place_timeout)
+            measured = _measure(server, agents, requests, place_timeout, profiles)
+            result = {"database": database, **measured}
             if "failed" not in result:
                 result["full_collections"] = full_collections(gc_log, result.pop("_window"))
             return result
         except TimeoutError as exc:
             # Recorded, not raised: the page says where the control plane stopped keeping up.
-            print(f"  {agents} agents: {exc}", flush=True)
-            return {"agents": agents, "tasks": 10 * agents, "failed": str(exc)}
+            print(f"  {database}, {agents} agents: {exc}", flush=True)
+            return {
+                "database": database,
+                "agents": agents,
+                "tasks": 10 * agents,
+                "failed": str(exc),
+            }
 
 
-def _measure(server: Server, agents: int, requests: int, place_timeout: float) -> dict[str, Any]:
+def _measure(
+    server: Server, agents: int, requests: int, place_timeout: float, profiles: Path
+) -> dict[str, Any]:
     url = server.ws_url + "/agents/connect"
     groups = [list(range(agents))[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
     controls, processes = [], []
@@ -282,7 +306,7 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
 
         # Sampled from the first submission until every job runs: what placing and starting
         # costs the server, stage by stage.
-        placing = RESULTS / "profiles" / f"scale-{agents}-placing.txt"
+        placing = profiles / f"scale-{server.database}-{agents}-placing.txt"
         recorder = profiling.start(server.process.pid, place_timeout, placing)
         try:
             submitted, placed = _submit_and_wait(http, agents, place_timeout)
@@ -302,13 +326,19 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
         heartbeat_cores = (cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_wall)
         # Sampled while GET /jobs is measured: what the server spends its time on under this
         # many agents (heartbeats and requests share one event loop).
-        profile = RESULTS / "profiles" / f"scale-{agents}-get-jobs.txt"
+        profile = profiles / f"scale-{server.database}-{agents}-get-jobs.txt"
         recorder = profiling.start(pid, max(3.0, requests * 0.05), profile)
         window = [time.time()]
         get_jobs = latencies(http, "GET", "/jobs", requests)
         window.append(time.time())
         profiling.finish(recorder)
         get_cluster = latencies(http, "GET", "/cluster", max(5, requests // 4))
+        ids = [job["id"] for job in http.get("/jobs", params={"limit": 50}).json()["items"]]
+        get_job = [
+            latency
+            for n in range(requests)
+            for latency in latencies(http, "GET", f"/jobs/{ids[n % len(ids)]}", 1)
+        ]
         post_jobs = latencies(http, "POST", "/jobs", requests, json=WAITING_JOB)
         result = {
             "agents": agents,
@@ -318,6 +348,7 @@ def _measure(server: Server, agents: int, requests: int, place_timeout: float) -
             "place_and_start_seconds": round(placed, 2),
             "get_jobs": summary(get_jobs),
             "get_cluster": summary(get_cluster),
+            "get_job": summary(sorted(get_job)),
             "post_jobs": summary(post_jobs),
             "server_cores_heartbeats_only": round(heartbeat_cores, 2),
             "server_rss_mib": round(rss_mib(pid), 1),
@@ -365,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="25 and 100 agents only, fewer requests"
     )
     parser.add_argument("--agents", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument(
         "--place-timeout", type=float, default=600, help="seconds for all jobs to run"
@@ -375,9 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     requests = 50 if args.quick else args.requests
     results: dict[str, Any] = {"machine": machine_info(), "gpus_per_agent": GPUS_PER_AGENT}
     results["runs"] = []
-    for count in counts:
-        print(f"{count} simulated agents", flush=True)
-        results["runs"].append(measure(count, requests, args.place_timeout))
+    for database in args.databases:
+        with contextlib.ExitStack() as stack:
+            admin_url = (
+                stack.enter_context(postgres_cluster()) if database == "postgresql" else None
+            )
+            for count in counts:
+                print(f"{database}: {count} simulated agents", flush=True)
+                url = stack.enter_context(postgres_database(admin_url)) if admin_url else None
+                results["runs"].append(measure(count, requests, args.place_timeout, url))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0

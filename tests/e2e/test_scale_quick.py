@@ -1,0 +1,43 @@
+"""The scale benchmark's quick form in the e2e tier: 100 simulated agents speaking the real
+protocol and 100 parameter-server jobs (1,000 tasks) against a real `strata server`, on SQLite
+and on PostgreSQL, so that a change that breaks placing, starting or serving at this size is
+seen here rather than in the next `make bench`. Its figures are bench/'s to report; this test
+checks that the run completes and measured what it says."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+from bench.harness import postgres_database
+from bench.scale import measure
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+AGENTS = 100
+
+
+@pytest.mark.parametrize(
+    "database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_hundred_agents_run_a_hundred_jobs(
+    database: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with contextlib.ExitStack() as stack:
+        url = (
+            stack.enter_context(postgres_database(request.getfixturevalue("postgres_admin_url")))
+            if database == "postgresql"
+            else None
+        )
+        result = measure(
+            AGENTS, requests=20, place_timeout=300, database_url=url, profiles=tmp_path
+        )
+    assert "failed" not in result, result.get("failed")
+    assert result["database"] == database
+    assert (result["agents"], result["tasks"]) == (AGENTS, 10 * AGENTS)
+    for key in ("get_jobs", "get_cluster", "get_job", "post_jobs"):
+        assert result[key]["n"] >= 5 and result[key]["p99_ms"] >= result[key]["p50_ms"] > 0, key
+    assert result["place_and_start_seconds"] >= result["submit_seconds"] > 0
+    assert result["server_rss_mib"] > 0
