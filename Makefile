@@ -37,7 +37,7 @@ up: install ui
 ## Lint, type-check and run the whole test suite with branch coverage (STRATA_TEST_STRICT=1 turns skips into failures).
 test: install ui lint
 	cd frontend && npm run check
-	$(BIN)/pytest -q --cov --cov-report=term:skip-covered
+	$(BIN)/pytest -q --cov --cov-report=term:skip-covered --durations=30
 
 ## The inner loop, under 3 minutes: lint, type-check and the tests without TensorFlow, a browser, Docker or PostgreSQL.
 check: lint
