@@ -136,6 +136,18 @@ class SlurmCluster:
         states = self.node_states()
         return all(states.get(node) == "idle" for node in self.nodes)
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld (its state is saved: a restart finds the jobs again)."""
+        process = self.processes["slurmctld"]
+        process.terminate()
+        process.wait(timeout=30)
+
+    def start_controller(self) -> None:
+        """Start slurmctld again from its saved state, and wait until it answers."""
+        assert self.processes["slurmctld"].poll() is not None, "slurmctld is running"
+        _start(self, "slurmctld", [self.tools["slurmctld"], "-D", "-f", str(self.conf)], self.env)
+        _wait_for("slurmctld answering", lambda: bool(self.node_states()), self)
+
     def log(self, name: str) -> str:
         path = self.root / "log" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else f"(no {path})"

@@ -204,6 +204,33 @@ async def test_after_a_crash_the_submitted_job_is_adopted_not_submitted_again(
     assert (await server.job(job_id))["slurm_job_id"] == lost
 
 
+async def test_a_slurm_controller_restart_changes_nothing_and_loses_nothing(
+    server: SlurmServer,
+) -> None:
+    job_id = await submit(server, PS_JOB)
+    job = await wait_for(
+        server, job_id, "running in Slurm", lambda j: "running" in (j["reason"] or "")
+    )
+    slurm_id, reason = job["slurm_job_id"], job["reason"]
+    server.cluster.stop_controller()
+    # squeue retries for 9 s before it gives up: the pass gives up first (SlurmUnavailable).
+    server.backend.commands.timeout = 2.0
+    try:
+        await server.passes()  # nothing is concluded from Slurm's silence
+        job = await server.job(job_id)
+        assert (job["status"], job["reason"]) == ("pending", reason)
+        assert (await server.record(job_id)).phase is Phase.submitted
+    finally:
+        server.cluster.start_controller()
+    await server.passes()
+    assert (await server.job(job_id))["reason"] == reason
+    assert server.named(job_id) == [slurm_id]
+    assert server.cluster.job_state(slurm_id) == "RUNNING"
+    assert (await server.api.http.post(f"/jobs/{job_id}/cancel")).status_code == 200
+    await server.passes()
+    assert server.cluster.wait_gone_or_ended(slurm_id) in (None, "CANCELLED")
+
+
 @pytest.mark.parametrize(
     ("section", "message"),
     [
