@@ -209,6 +209,8 @@ def jobs_show(
         code = [] if job.spec.code is None else describe_bundle(client, job.spec.code.sha256, files)
     console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
     console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
+    if job.spec.slurm is not None:
+        console.print(f"slurm job: {job.slurm_job_id or 'not submitted yet'}", highlight=False)
     environment = job.spec.environment
     if environment is not None and environment.image is not None:
         console.print(f"environment: image {escape(environment.image)}", highlight=False)

@@ -163,6 +163,19 @@ def test_a_parameter_server_job_runs_as_one_slurm_job_across_both_nodes(server: 
     running = server.wait_for(job_id, "running", lambda j: j["status"] == "running")
     slurm_id = running["slurm_job_id"]
     assert server.cluster.job_state(slurm_id) == "RUNNING"  # squeue shows it while it runs
+    shown = subprocess.run(
+        [*STRATA, "jobs", "show", str(job_id)],
+        env={
+            **os.environ,
+            "STRATA_SERVER": server.url,
+            "STRATA_TOKEN": server.env["STRATA_API_TOKEN"],
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert f"slurm job: {slurm_id}" in shown.stdout, shown.stdout
     hosts = {t["name"]: t["host"] for t in running["tasks"]}
     nodes = {f"{server.prefix}-{job_id}-n1", f"{server.prefix}-{job_id}-n2"}
     assert set(hosts.values()) == nodes, hosts
