@@ -7,7 +7,8 @@ localhost), in two variants that alternate A, B, A, B, ...:
 
 * A, streaming: the chief gets STRATA_SERVER, STRATA_TASK, STRATA_ATTEMPT, STRATA_TASK_TOKEN
   and STRATA_JOB_ID for a job on a real `strata server`, so `runtime.callbacks()` returns the
-  streaming callback and its points reach the server (checked: stored rows > 0);
+  streaming callback and its points reach the server (checked: stored rows > 0), and
+  STRATA_TENSORBOARD_DIR, so they are written as TensorBoard event files too;
 * B, plain: none of those variables, so `runtime.callbacks()` returns [] (checked).
 
 Steps/s is taken from the chief's own epoch lines, timestamped as they arrive: from the end of
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agents.environment import TaskEnvironment
+from agents.runtime.event_files import DIR_ENV as EVENT_FILES_ENV
 from agents.vocabulary import Role, Strategy, TaskName
 from bench import profiling, report
 from bench.harness import (
@@ -248,6 +250,9 @@ def run_variant(
                 task_token=server.task_token(job_id),
                 job_id=job_id,
             ).to_env()
+            # And TensorBoard event files, as a task with a checkpoint dir writes them (without
+            # the dir: that would add checkpoints, which plain tf_keras does not write either).
+            env[EVENT_FILES_ENV] = str(logs / f"tensorboard-{name}")
         servers = stack.enter_context(task_servers(cluster, env, logs))
         groups = {
             "tf_servers": [p.pid for p in servers],  # the workers and the ps
@@ -259,6 +264,10 @@ def run_variant(
             result["points_stored"] = server.stored_points(job_id)
             if result["points_stored"] == 0:
                 raise RuntimeError("streaming run stored no metric points")
+            events = list((logs / f"tensorboard-{name}").glob("events.out.tfevents.*"))
+            result["event_file_bytes"] = sum(path.stat().st_size for path in events)
+            if not result["event_file_bytes"]:
+                raise RuntimeError("streaming run wrote no TensorBoard event file")
     return result
 
 

@@ -19,7 +19,13 @@ from backend.errors import (
 )
 from backend.jobs import service
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
-from backend.jobs.spec import JobSpec, parse_spec_document, validate_spec
+from backend.jobs.spec import (
+    MAX_TAGS,
+    TAG_PATTERN,
+    JobSpec,
+    parse_spec_document,
+    validate_spec,
+)
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
 from backend.scheduling.transaction import Transaction
@@ -92,12 +98,37 @@ async def list_jobs(
     ] = [],  # noqa: B006 - FastAPI copies query defaults
     # A job's name is exactly what the spec allows (a NUL byte would reach PostgreSQL).
     name: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9._-]{1,63}$")] = None,
+    tag: Annotated[
+        list[str],
+        Query(
+            max_length=MAX_TAGS,
+            description="Only jobs with every one of these tags.",
+        ),
+    ] = [],  # noqa: B006 - FastAPI copies query defaults
+    q: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=r"^[^\x00]*$",
+            description="Only jobs whose name or description holds this text (any case).",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> JobPage:
-    """List jobs, newest first, filtered by status and name, a page at a time."""
+    """List jobs, newest first, filtered by status, name, tags and text, a page at a time."""
+    for value in tag:
+        if not TAG_PATTERN.fullmatch(value):
+            raise InvalidInput([FieldIssue("tag", f"not a tag: {value!r} (see the spec's tags)")])
     jobs, total = await service.list_jobs(
-        session=session, statuses=status_, name=name, limit=limit, offset=offset
+        session=session,
+        statuses=status_,
+        name=name,
+        tags=tag,
+        text=q,
+        limit=limit,
+        offset=offset,
     )
     return JobPage(
         items=[service.job_read(job) for job in jobs], total=total, limit=limit, offset=offset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer, joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
@@ -63,15 +63,29 @@ async def list_jobs(
     session: AsyncSession,
     statuses: Sequence[JobStatus] = (),
     name: str | None = None,
+    tags: Sequence[str] = (),
+    text: str | None = None,
     limit: int,
     offset: int,
 ) -> tuple[list[Job], int]:
-    """A page of jobs, newest first, and the total that match the filters."""
+    """A page of jobs, newest first, and the total that match the filters: every tag in
+    `tags`, and `text` in the name or the description (any case)."""
     filters: list[ColumnElement[bool]] = []
     if statuses:
         filters.append(Job.status.in_(statuses))
     if name:
         filters.append(Job.name == name)
+    for tag in tags:
+        # The spec's tags as JSON text, e.g. ["a", "b"]; a tag holds no quote (TAG_PATTERN),
+        # so '"tag"' in that text is exactly one of its elements. Same SQL on both databases.
+        filters.append(Job.spec["tags"].as_string().contains(f'"{tag}"', autoescape=True))
+    if text:
+        filters.append(
+            or_(
+                Job.name.icontains(text, autoescape=True),
+                Job.spec["description"].as_string().icontains(text, autoescape=True),
+            )
+        )
     total = await session.scalar(select(func.count(Job.id)).where(*filters))
     page = await session.scalars(
         select(Job)

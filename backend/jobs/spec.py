@@ -41,6 +41,9 @@ MAX_TASK_MEMORY = 64 * 1024**4
 MAX_TASKS_PER_JOB = 512
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=-]{0,31}")
+MAX_TAGS = 16
+MAX_DESCRIPTION = 4000
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Set by Strata for every task; a job may not override them. Two are left to jobs as before:
 # TF_USE_LEGACY_KERAS (Strata's value wins anyway) and the agent's CA file: specs stored with
@@ -229,6 +232,15 @@ class JobSpec(_Strict):
     """A distributed TensorFlow training job."""
 
     name: str = Field(description="Short and safe: letters, digits, '.', '_' and '-'.")
+    description: str = Field(
+        default="", max_length=MAX_DESCRIPTION, description="Free text about the job (searchable)."
+    )
+    tags: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_TAGS,
+        description="Labels to find jobs by (GET /jobs?tag=): at most 16, each 1-32 letters, "
+        "digits, '.', '_', '-', ':' or '=', starting with a letter or digit.",
+    )
     strategy: Strategy
     entrypoint: list[str] = Field(min_length=1, max_length=256, description="argv, no shell.")
     working_dir: str = Field(
@@ -271,6 +283,26 @@ class JobSpec(_Strict):
                 "must be 1-63 characters of letters, digits, '.', '_' or '-', "
                 f"starting with a letter or digit; got {value!r}"
             )
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _safe_tags(cls, value: list[str]) -> list[str]:
+        for tag in value:
+            if not TAG_PATTERN.fullmatch(tag):
+                raise ValueError(
+                    "each tag must be 1-32 characters of letters, digits, '.', '_', '-', ':' "
+                    f"or '=', starting with a letter or digit; got {tag!r}"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError(f"tags must not repeat; got {value!r}")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _printable_description(cls, value: str) -> str:
+        if any(ord(c) < 32 and c not in "\n\t" for c in value):
+            raise ValueError("must not hold control characters other than newlines and tabs")
         return value
 
     @field_validator("entrypoint", mode="before")

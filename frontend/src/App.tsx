@@ -3,6 +3,7 @@ import { getAccess, onAccess, READ_ONLY } from "./api/access";
 import { clearToken, getToken, onAuthChange } from "./api/auth";
 import { DialogHost } from "./components/ConfirmDialog";
 import { ClusterPage } from "./pages/ClusterPage";
+import { ComparePage } from "./pages/ComparePage";
 import { JobPage } from "./pages/JobPage";
 import { JobsPage } from "./pages/JobsPage";
 import { LoginPage } from "./pages/LoginPage";
@@ -30,7 +31,7 @@ export function App() {
     [],
   );
   useEffect(() => {
-    const titles: Record<Route["page"], string> = { jobs: "Jobs", job: "Job", cluster: "Cluster", missing: "Not found" };
+    const titles: Record<Route["page"], string> = { jobs: "Jobs", job: "Job", cluster: "Cluster", compare: "Compare", missing: "Not found" };
     document.title = token ? `${route.page === "job" ? `Job ${route.id}` : titles[route.page]} · Strata` : "Sign in · Strata";
   }, [route, token]);
 
@@ -47,6 +48,8 @@ export function App() {
             <JobPage key={route.id} id={route.id} task={route.task} />
           ) : route.page === "cluster" ? (
             <ClusterPage />
+          ) : route.page === "compare" ? (
+            <ComparePage key={route.ids.join(",")} ids={route.ids} />
           ) : (
             <div class="state">
               <span class="title">Nothing at {route.hash}</span>
@@ -63,7 +66,7 @@ export function App() {
 function TopBar({ route, signedIn }: { route: Route; signedIn: boolean }) {
   const [theme, setTheme] = useState<Theme>(currentTheme());
   useEffect(() => onThemeChange(setTheme), []);
-  const onJobs = route.page === "jobs" || route.page === "job";
+  const onJobs = route.page === "jobs" || route.page === "job" || route.page === "compare";
   return (
     <header class="topbar">
       <a class="brand" href={href.jobs()}>

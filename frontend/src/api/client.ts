@@ -118,3 +118,10 @@ export function websocketUrl(path: string): string {
   const token = getToken() ?? "";
   return `${scheme}//${location.host}${path}?token=${encodeURIComponent(token)}`;
 }
+
+/** A TensorBoard page on this server (/jobs/{id}/tensorboard/, /tensorboard/compare?jobs=), with
+ * the token once: the server moves it into a cookie for that TensorBoard's own requests. */
+export function tensorBoardUrl(path: string, query: Record<string, string> = {}): string {
+  const params = new URLSearchParams({ ...query, token: getToken() ?? "" });
+  return `${path}?${params.toString()}`;
+}

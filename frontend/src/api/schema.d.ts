@@ -144,7 +144,7 @@ export interface paths {
         };
         /**
          * List Jobs
-         * @description List jobs, newest first, filtered by status and name, a page at a time.
+         * @description List jobs, newest first, filtered by status, name, tags and text, a page at a time.
          */
         get: operations["list_jobs_jobs_get"];
         put?: never;
@@ -1006,6 +1006,12 @@ export interface components {
             /** @description Run in this code bundle instead of the agent's workspace. */
             code?: components["schemas"]["CodeRef"] | null;
             /**
+             * Description
+             * @description Free text about the job (searchable).
+             * @default
+             */
+            description: string;
+            /**
              * Entrypoint
              * @description argv, no shell.
              */
@@ -1047,6 +1053,11 @@ export interface components {
             strategy: "mirrored" | "multi_worker_mirrored" | "parameter_server";
             /** @default {} */
             strategy_options: components["schemas"]["StrategyOptions"];
+            /**
+             * Tags
+             * @description Labels to find jobs by (GET /jobs?tag=): at most 16, each 1-32 letters, digits, '.', '_', '-', ':' or '=', starting with a letter or digit.
+             */
+            tags?: string[];
             /**
              * Warm Start
              * @description Start tasks in the agents' warm processes (TensorFlow already imported) where that is the same as a cold start; false: always a fresh interpreter.
@@ -2057,6 +2068,10 @@ export interface operations {
                 /** @description Only jobs in these states. */
                 status?: components["schemas"]["JobStatus"][];
                 name?: string | null;
+                /** @description Only jobs with every one of these tags. */
+                tag?: string[];
+                /** @description Only jobs whose name or description holds this text (any case). */
+                q?: string | null;
                 limit?: number;
                 offset?: number;
             };

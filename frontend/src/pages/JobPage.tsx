@@ -1,7 +1,7 @@
 // One job: header and controls, topology, live charts, events, checkpoints and logs.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { getAccess, onAccess, READ_ONLY } from "../api/access";
-import { ApiError, api } from "../api/client";
+import { ApiError, api, tensorBoardUrl } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
 import { isFinished, type Job, type Task } from "../api/types";
 import { CheckpointsTable } from "../components/CheckpointsTable";
@@ -11,6 +11,7 @@ import { confirmAction } from "../components/ConfirmDialog";
 import { EventsTimeline } from "../components/EventsTimeline";
 import { LogViewer } from "../components/LogViewer";
 import { MetricChart } from "../components/MetricChart";
+import { epochChartNote } from "../data/chartNotes";
 import { Topology } from "../components/Topology";
 import { JobLive } from "../data/jobLive";
 import type { Series } from "../data/series";
@@ -302,6 +303,16 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
           ) : null}
         </div>
         <div class="actions">
+          <a
+            class="button"
+            href={tensorBoardUrl(`/jobs/${job.id}/tensorboard/`)}
+            target="_blank"
+            rel="noopener"
+            title="This job's TensorBoard (the server starts it; its event files are under the checkpoint dir)"
+            data-testid="tensorboard-link"
+          >
+            TensorBoard
+          </a>
           <button
             type="button"
             onClick={checkpointNow}
@@ -408,7 +419,13 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
                   title={spec.title}
                   series={list}
                   label={label}
-                  empty={live.historyDone ? spec.empty : "Loading metrics…"}
+                  empty={
+                    !live.historyDone
+                      ? "Loading metrics…"
+                      : spec.id === "loss" || spec.id === "metrics"
+                        ? epochChartNote(spec.id, series.map((s) => s.name), finished)
+                        : spec.empty
+                  }
                   points={spec.points}
                 />
               );

@@ -1,12 +1,14 @@
 // Jobs: the list (live from the cluster stream, refetched when events say it changed), a
-// status filter, and the submit form.
-import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+// status filter, a search (name and description; `tag:x` for a tag), the jobs selected to
+// compare, and the submit form.
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { ApiError, api, websocketUrl } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
 import { ACTIVE_STATUSES, type Job, type JobPage, type JobStatus } from "../api/types";
 import { Empty, ErrorState, Loading, StatusBadge } from "../components/common";
 import { SubmitForm } from "../components/SubmitForm";
 import { debounce } from "../data/schedule";
+import { parseSearch } from "../data/search";
 import { StreamClient } from "../stream/client";
 import { setConnection } from "../ui/connection";
 import { ago } from "../ui/format";
@@ -33,6 +35,7 @@ function savedFormChoice(): boolean | null {
   }
 }
 const PAGE_SIZE = 100;
+
 
 function savedFilter(): Filter {
   try {
@@ -61,11 +64,25 @@ export function JobsPage() {
   const now = useNow(1000);
   const request = useRef(0);
   const statuses = FILTERS.find((f) => f.id === filter)?.statuses ?? [];
+  const [searchText, setSearchText] = useState("");
+  const [search, setSearch] = useState("");
+  const [picked, setPicked] = useState<number[]>([]);
+  const typed = useRef("");
+  const applySearch = useMemo(() => debounce(() => setSearch(typed.current), 300), []);
+  useEffect(() => () => applySearch.cancel(), [applySearch]);
+  const togglePick = (id: number) => setPicked((ids) => (ids.includes(id) ? ids.filter((i) => i !== id) : [...ids, id]));
+  const searchFor = (text: string) => {
+    applySearch.cancel();
+    typed.current = text;
+    setSearchText(text);
+    setSearch(text);
+  };
 
   const load = useCallback(async () => {
     const mine = ++request.current;
     try {
-      const answer = await api.get("/jobs", { query: { status: statuses, limit: PAGE_SIZE } });
+      const { tag, q } = parseSearch(search);
+      const answer = await api.get("/jobs", { query: { status: statuses, limit: PAGE_SIZE, tag, q } });
       if (mine !== request.current) return;
       setPage(answer);
       setError(null);
@@ -73,7 +90,7 @@ export function JobsPage() {
       if (mine !== request.current) return;
       setError(e instanceof ApiError ? e : new ApiError(0, null, String(e)));
     }
-  }, [filter]);
+  }, [filter, search]);
 
   useEffect(() => {
     setPage(null);
@@ -140,7 +157,30 @@ export function JobsPage() {
             </button>
           ))}
         </div>
+        <input
+          type="search"
+          class="jobs-search"
+          placeholder="Search, or tag:name"
+          value={searchText}
+          onInput={(e) => {
+            const text = (e.target as HTMLInputElement).value;
+            setSearchText(text);
+            typed.current = text;
+            applySearch();
+          }}
+          aria-label="Search jobs by name and description, or tag:name"
+          data-testid="jobs-search"
+        />
         <div class="grow" />
+        <button
+          type="button"
+          disabled={picked.length < 2}
+          onClick={() => navigate(href.compare([...picked].sort((a, b) => a - b)))}
+          title={picked.length < 2 ? "Tick two or more jobs to compare them" : "Their curves on the same charts, and how their specs differ"}
+          data-testid="compare-selected"
+        >
+          Compare{picked.length ? ` (${picked.length})` : ""}
+        </button>
         <button type="button" class={showForm ? "" : "primary"} onClick={toggleForm} data-testid="toggle-submit" aria-expanded={showForm}>
           {showForm ? "Hide form" : "+ New job"}
         </button>
@@ -152,14 +192,19 @@ export function JobsPage() {
           ) : !page ? (
             <Loading what="jobs" />
           ) : jobs.length === 0 ? (
-            <Empty title={filter === "all" ? "No jobs yet" : `No ${filter} jobs`}>
-              {filter === "all" ? "Submit one with the form, the CLI (strata submit) or POST /jobs." : "Choose another filter to see the rest."}
-            </Empty>
+            search ? (
+              <Empty title="No job matches the search">Search matches names and descriptions; tag:name matches a tag.</Empty>
+            ) : (
+              <Empty title={filter === "all" ? "No jobs yet" : `No ${filter} jobs`}>
+                {filter === "all" ? "Submit one with the form, the CLI (strata submit) or POST /jobs." : "Choose another filter to see the rest."}
+              </Empty>
+            )
           ) : (
             <div class="table-scroll">
               <table class="data" data-testid="jobs-table">
                 <thead>
                   <tr>
+                    <th class="pick" title="Tick jobs to compare them" />
                     <th>ID</th>
                     <th>Name</th>
                     <th>Status</th>
@@ -171,7 +216,14 @@ export function JobsPage() {
                 </thead>
                 <tbody>
                   {jobs.map((job) => (
-                    <JobRow key={job.id} job={job} now={now} />
+                    <JobRow
+                      key={job.id}
+                      job={job}
+                      now={now}
+                      picked={picked.includes(job.id)}
+                      onPick={() => togglePick(job.id)}
+                      onTag={(tag) => searchFor(`tag:${tag}`)}
+                    />
                   ))}
                 </tbody>
               </table>
@@ -201,16 +253,55 @@ function replicaSummary(job: Job): [string, number][] {
   return ["chief", "worker", "ps", "evaluator"].filter((r) => counts.has(r)).map((r) => [r, counts.get(r) ?? 0]);
 }
 
-function JobRow({ job, now }: { job: Job; now: number }) {
+function JobRow({
+  job,
+  now,
+  picked,
+  onPick,
+  onTag,
+}: {
+  job: Job;
+  now: number;
+  picked: boolean;
+  onPick: () => void;
+  onTag: (tag: string) => void;
+}) {
   // Tasks restarted alone (a parameter-server worker) beyond the job's own restarts.
   const taskRestarts = job.tasks.reduce((n, t) => n + Math.max(0, t.attempt - job.restart_count), 0);
   return (
     <tr data-testid="job-row" data-job-id={job.id} data-status={job.status} onClick={() => navigate(href.job(job.id))} style={{ cursor: "pointer" }}>
+      <td class="pick" onClick={(e) => e.stopPropagation()}>
+        <input type="checkbox" checked={picked} onChange={onPick} aria-label={`Compare job ${job.id}`} data-testid="job-pick" />
+      </td>
       <td class="num muted">#{job.id}</td>
       <td>
         <a href={href.job(job.id)} onClick={(e) => e.stopPropagation()}>
           <b>{job.name}</b>
         </a>
+        {job.spec.tags?.length ? (
+          <span class="job-tags">
+            {job.spec.tags.map((tag) => (
+              <button
+                type="button"
+                class="tag"
+                key={tag}
+                title={`Only jobs tagged ${tag}`}
+                onClick={(e) => {
+                  e.stopPropagation();
+                  onTag(tag);
+                }}
+                data-testid="job-tag"
+              >
+                {tag}
+              </button>
+            ))}
+          </span>
+        ) : null}
+        {job.spec.description ? (
+          <div class="muted" style={{ fontSize: "12px", maxWidth: "340px", overflow: "hidden", textOverflow: "ellipsis", whiteSpace: "nowrap" }} title={job.spec.description}>
+            {job.spec.description}
+          </div>
+        ) : null}
         {job.reason ? (
           <div class="muted" style={{ fontSize: "12px", maxWidth: "340px", overflow: "hidden", textOverflow: "ellipsis", whiteSpace: "nowrap" }} title={job.reason}>
             {job.reason}

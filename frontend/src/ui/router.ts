@@ -3,6 +3,7 @@ export type Route =
   | { page: "jobs" }
   | { page: "job"; id: number; task: string | null }
   | { page: "cluster" }
+  | { page: "compare"; ids: number[] }
   | { page: "missing"; hash: string };
 
 export function parseRoute(hash: string): Route {
@@ -15,6 +16,10 @@ export function parseRoute(hash: string): Route {
     return { page: "job", id: Number(parts[1]), task };
   }
   if (parts[0] === "cluster" && parts.length === 1) return { page: "cluster" };
+  if (parts[0] === "compare" && parts.length === 1) {
+    const ids = (new URLSearchParams(search).get("jobs") ?? "").split(",").filter((p) => /^\d+$/.test(p)).map(Number);
+    return { page: "compare", ids: [...new Set(ids)] };
+  }
   return { page: "missing", hash };
 }
 
@@ -22,6 +27,7 @@ export const href = {
   jobs: () => "#/jobs",
   job: (id: number) => `#/jobs/${id}`,
   cluster: () => "#/cluster",
+  compare: (ids: number[]) => `#/compare?jobs=${ids.join(",")}`,
 };
 
 export function navigate(hash: string): void {
