@@ -68,7 +68,12 @@ async def agent_channel(
 ) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
-    if principal is None or principal.kind not in (TokenKind.agent, TokenKind.job_agent):
+    # A job agent token always names its job (stored tokens are never of that kind).
+    agent = principal is not None and (
+        principal.kind is TokenKind.agent
+        or (principal.kind is TokenKind.job_agent and principal.job_id is not None)
+    )
+    if principal is None or not agent:
         await close(
             websocket, POLICY_VIOLATION, "an agent token is required", cause="unauthenticated"
         )
