@@ -132,6 +132,11 @@ def plan_container(
     mounts.append((str(termination_file), str(termination_file), False))
     if told.checkpoint_dir:
         mounts.append((told.checkpoint_dir, told.checkpoint_dir, False))
+    if told.warm_start_from:  # another job's checkpoint: its dir, read-only
+        source = Path(told.warm_start_from)
+        folder = source if source.is_dir() else source.parent
+        if folder.is_dir() and str(folder) != told.checkpoint_dir:
+            mounts.append((str(folder), str(folder), True))
     if told.ca_file:
         mounts.append((told.ca_file, told.ca_file, True))
     return ContainerPlan(

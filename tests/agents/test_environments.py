@@ -169,3 +169,28 @@ def test_docker_inits_exit_codes_read_as_signals() -> None:
     assert exit_status(128 + signal.SIGKILL) == (137, signal.SIGKILL)
     assert exit_status(128 + signal.SIGTERM) == (143, signal.SIGTERM)
     assert exit_status(255) == (255, None)
+
+
+def test_a_warm_start_from_another_jobs_checkpoint_is_mounted_read_only(tmp_path: Path) -> None:
+    other = tmp_path / "ckpt" / "job-3"
+    other.mkdir(parents=True)
+    (other / "ckpt-8.index").write_text("")
+    code = tmp_path / "code"
+    code.mkdir()
+    env = TaskEnvironment(
+        checkpoint_dir=str(tmp_path / "ckpt" / "job-7"), warm_start_from=str(other / "ckpt-8")
+    ).to_env()
+    planned = plan_container(
+        key=KEY,
+        agent="a",
+        image="tf:2",
+        argv=["python", "t.py"],
+        cwd=code,
+        code_root=code,
+        env=env,
+        gpus=[],
+        nvidia=False,
+        memory_limit=None,
+        termination_file=tmp_path / "t.json",
+    )
+    assert (str(other), str(other), True) in planned.mounts
