@@ -49,6 +49,19 @@ def agent_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         os.environ["XDG_STATE_HOME"] = previous
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_warm_pools() -> Iterator[None]:
+    """Agents the tests start keep no warm processes unless a test asks for them
+    (tests/e2e/test_warm_starts.py): on two cores, a pool's TensorFlow imports at every
+    cluster start would compete with the test's own training."""
+    import os
+
+    previous = os.environ.setdefault("STRATA_AGENT_WARM_POOL", "0")
+    yield
+    if previous == "0":
+        os.environ.pop("STRATA_AGENT_WARM_POOL", None)
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
     """A PostgreSQL server for this test session: an existing one by URL, or a fresh one."""

@@ -352,6 +352,7 @@ class WarmPool:
             self._wanted.set()
             if process.alive:
                 process.taken = True
+                log.info("warm process %s taken (%d idle left)", process.pid, len(self.idle))
                 return process
             process.discard()
         return None

@@ -21,6 +21,12 @@ async def hosts_named(session: AsyncSession, names: list[str]) -> dict[str, Host
 async def apply_reported_starts(tx: Transaction, view: ClusterView, host_names: list[str]) -> None:
     """Apply the starts these agents reported since the last pass."""
     reports = {name: view.reported_starts.pop(name, []) for name in host_names}
+    modes = {
+        key: view.start_modes.pop(key)
+        for started in reports.values()
+        for key, _ in started
+        if key in view.start_modes
+    }
     hosts = await hosts_named(tx.session, [name for name, r in reports.items() if r])
     starts = [
         (hosts[name], key, pid)
@@ -29,7 +35,6 @@ async def apply_reported_starts(tx: Transaction, view: ClusterView, host_names: 
         for key, pid in started
     ]
     if starts:
-        modes = {key: view.start_modes.pop(key) for _, key, _ in starts if key in view.start_modes}
         await task_events.mark_started_many(tx=tx, starts=starts, modes=modes)
 
 

@@ -68,9 +68,13 @@ async def sync_running(
             tx.stop(host.name, key, "this attempt should not run", force=force)
             agrees = False
         elif task is not None and task.status is TaskStatus.scheduled:
-            # Its task_started was lost with a dropped connection.
+            # Its task_started was lost with a dropped connection, or is not applied yet
+            # (then how it started is known already: the report came before this heartbeat).
             agrees = False  # compared again soon: what this changed was not loaded
-            await task_events.mark_started_many(tx=tx, starts=[(host, key, pid)])
+            mode = view.start_modes.pop(key, None)
+            await task_events.mark_started_many(
+                tx=tx, starts=[(host, key, pid)], modes={key: mode} if mode else None
+            )
     for key, (task, job) in placed_here.items():
         if key in reported:
             continue
