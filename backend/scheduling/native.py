@@ -101,7 +101,7 @@ class NativeAgents:
                     Host.address,
                     Host.port_range_start,
                     Host.port_range_end,
-                    Host.engine.is_not(None).label("has_engine"),
+                    Host.engine,
                 ).where(Host.status == HostStatus.online)
             )
             if self.hub.connected(row.name)
@@ -131,7 +131,8 @@ class NativeAgents:
                 free_gpus=[i for i in devices.get(h.id, []) if i not in used_gpus.get(h.id, ())],
                 port_range=(h.port_range_start, h.port_range_end),
                 used_ports=used_ports.get(h.id, set()),
-                container_engine=bool(h.has_engine),
+                container_engine=h.engine is not None,
+                images=frozenset((h.engine or {}).get("images") or ()),
             )
             for h in hosts
         ]

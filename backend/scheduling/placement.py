@@ -35,6 +35,7 @@ class HostCapacity:
     port_range: tuple[int, int]  # inclusive
     used_ports: set[int] = field(default_factory=set)
     container_engine: bool = False  # its agent can run tasks in an image (environment.image)
+    images: frozenset[str] = frozenset()  # the tagged images its engine has (name:tag)
 
     def next_port(self) -> int | None:
         return lowest_free_port(self.port_range, self.used_ports)
@@ -66,7 +67,8 @@ def place(
     Tasks that need the most GPUs go first (they are the hardest to fit); each goes to the
     host with the fewest tasks of this job so far, then the most free GPUs, so that a job
     spreads across hosts instead of piling onto one. A job that runs in an image goes only
-    to hosts with a container engine (any engine: an image it lacks is pulled).
+    to hosts with a container engine (any engine: an image it lacks is pulled), and to hosts
+    that already have the image when they can take the whole job, so that nothing is pulled.
     """
     if not hosts:
         return Unplaceable("no online hosts; waiting for an agent to join")
@@ -77,6 +79,12 @@ def place(
         names = listed(h.name for h in hosts)
         verb = "has" if len(hosts) == 1 else "have"
         return Unplaceable(f"no host can run image {image}: {names} {verb} no container engine")
+    tagged = image if _has_tag(image) else f"{image}:latest"
+    having = [h for h in able if tagged in h.images]
+    if having and len(having) < len(able):
+        placed = _place(needs, having)
+        if not isinstance(placed, Unplaceable):
+            return placed
     placed = _place(needs, able)
     if isinstance(placed, Unplaceable) and len(able) < len(hosts):
         return Unplaceable(
@@ -84,6 +92,11 @@ def place(
             f" a container engine (image {image} needs one)"
         )
     return placed
+
+
+def _has_tag(image: str) -> bool:
+    """Whether the reference names a tag or digest (the engine reads a bare name as :latest)."""
+    return "@" in image or ":" in image.rsplit("/", 1)[-1]
 
 
 def listed(names: Iterable[str], most: int = 3) -> str:

@@ -3,6 +3,8 @@ that names the hosts without one when none has."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, listed, place
@@ -93,3 +95,27 @@ def test_image_jobs_on_a_thousand_hosts_land_only_on_engine_hosts() -> None:
         slots = place(PS_JOB, hosts, image=IMAGE)
         assert not isinstance(slots, Unplaceable)
         assert all(s.host_id % 2 == 0 for s in slots.values())
+
+
+def test_hosts_that_have_the_image_are_preferred_when_they_can_take_the_job() -> None:
+    pulled = [host(f"bare-{i}", 8, engine=True) for i in range(3)]
+    have = [replace(host(f"has-{i}", 2, engine=True), images=frozenset({IMAGE})) for i in (10, 11)]
+    slots = place(PS_JOB, [*pulled, *have], image=IMAGE)
+    assert not isinstance(slots, Unplaceable)
+    assert {s.host_name for s in slots.values()} == {"has-10", "has-11"}
+
+
+def test_a_job_too_big_for_the_hosts_with_the_image_goes_where_it_fits() -> None:
+    bare = host("bare-0", 8, engine=True)
+    small = replace(host("has-1", 1, engine=True), images=frozenset({IMAGE}))
+    slots = place(PS_JOB, [bare, small], image=IMAGE)
+    assert not isinstance(slots, Unplaceable)
+    assert "bare-0" in {s.host_name for s in slots.values()}
+
+
+def test_an_untagged_image_is_its_latest_tag() -> None:
+    bare = host("bare-0", 8, engine=True)
+    latest = replace(host("has-1", 8, engine=True), images=frozenset({"team/tf:latest"}))
+    slots = place(PS_JOB, [bare, latest], image="team/tf")
+    assert not isinstance(slots, Unplaceable)
+    assert {s.host_name for s in slots.values()} == {"has-1"}

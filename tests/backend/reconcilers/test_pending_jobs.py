@@ -114,6 +114,13 @@ async def test_an_image_job_waits_with_the_reason_until_a_host_has_an_engine(
     assert all(m.environment is not None for m in starts)
 
 
+async def test_an_image_job_goes_to_the_host_whose_engine_has_the_image(world: World) -> None:
+    await world.host("local-0", gpus=4, engine=DOCKER)  # more room, but it would pull
+    await world.host("local-1", gpus=2, engine=DOCKER.model_copy(update={"images": [IMAGE]}))
+    job = await world.placed("mirrored", environment={"image": IMAGE})
+    assert job.reason == "placed on local-1"
+
+
 async def test_a_job_without_an_image_still_uses_hosts_without_an_engine(world: World) -> None:
     await world.host("local-0", gpus=2)
     job = await world.placed("mirrored", environment={"python": "/opt/tf/bin/python"})
