@@ -9,7 +9,12 @@ order that rotates from run to run:
 * strata: `POST /jobs` to a running local cluster (`strata up`, 2 agents x 2 simulated GPUs),
   streaming on (the job's own callbacks: metrics, backups). No periodic checkpoints: the hand
   variant writes none either.
-* strata_bare: the same, but the example leaves `runtime.callbacks()` out
+  Its tasks start cold (the job's `warm_start: false`): a fresh interpreter each.
+* strata_warm: the same job with warm starts: the agents keep warm processes (TensorFlow
+  already imported, STRATA_AGENT_WARM_POOL=2 each) and every task takes one. Before every
+  run of any variant the benchmark waits until the pools are full again, so that their
+  refills (TensorFlow imports) never overlap a measured run.
+* strata_bare: the same as strata, but the example leaves `runtime.callbacks()` out
   (`--without-runtime-callbacks`): what running under Strata costs without the runtime
   library in the training process, which splits the gap to the hand-started processes in two.
 * hand: a shell script that starts the same processes with hand-written TF_CONFIG and the
@@ -57,7 +62,7 @@ from bench.harness import (
     machine_info,
     spread,
 )
-from bench.recovery import tensorflow_import_seconds
+from bench.recovery import WARM_POOL, idle_warm_processes, tensorflow_import_seconds
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 from tests.support.postgres import free_port
 
@@ -252,15 +257,16 @@ def profile_tasks(
 
 
 def job_spec(
-    strategy: str, plan: Plan, number: int, runtime_callbacks: bool = True
+    strategy: str, plan: Plan, number: int, runtime_callbacks: bool = True, warm: bool = False
 ) -> dict[str, Any]:
     replicas: dict[str, Any] = {"worker": {"count": 2, "gpus": 1}, "evaluator": {"count": 0}}
     if strategy == "parameter_server":
         replicas |= {"chief": {"count": 1}, "ps": {"count": 1}}
-    bare = "" if runtime_callbacks else "-bare"
+    bare = ("" if runtime_callbacks else "-bare") + ("-warm" if warm else "")
     return {
         "name": f"bench-launch-{strategy.replace('_', '-')}{bare}-{number}",
         "strategy": strategy,
+        "warm_start": warm,
         "entrypoint": entrypoint(plan, runtime_callbacks),
         "replicas": replicas,
         "checkpoint": {"every_epochs": None},
@@ -276,10 +282,11 @@ def run_under_strata(
     *,
     runtime_callbacks: bool = True,
     profiles: Path | None = None,
+    warm: bool = False,
 ) -> Run:
     """One run through `POST /jobs`; with `profiles`, py-spy samples the tasks that run the
     script into that folder."""
-    spec = job_spec(strategy, plan, number, runtime_callbacks)
+    spec = job_spec(strategy, plan, number, runtime_callbacks, warm)
     server, agents = cluster.process.pid, cluster.agent_pids()
     control_plane = [server, *agents]
     control_cpu = sum(cpu_seconds(pid) for pid in control_plane)
@@ -363,7 +370,19 @@ def ray_variant() -> tuple[Any, str] | None:
 
 def variants_for(strategy: str, with_ray: bool) -> list[str]:
     ray = ["ray"] if with_ray and strategy == "multi_worker_mirrored" else []
-    return ["strata", "strata_bare", "hand", *ray]
+    return ["strata", "strata_warm", "strata_bare", "hand", *ray]
+
+
+def wait_pools_full(cluster: Cluster, agents: int) -> None:
+    """Until every local agent has its whole warm pool idle again (see the docstring)."""
+    deadline = time.monotonic() + 300
+    while any(
+        idle_warm_processes(cluster.data_dir / "agents" / f"local-{index}.log") < WARM_POOL
+        for index in range(agents)
+    ):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the agents' warm pools did not refill within 300 s")
+        time.sleep(0.5)
 
 
 def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
@@ -372,6 +391,7 @@ def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
         strategy: {variant: [] for variant in variants_for(strategy, ray is not None)}
         for strategy in STRATEGIES
     }
+    os.environ["STRATA_AGENT_WARM_POOL"] = str(WARM_POOL)
     with local_cluster(workdir / "cluster", agents=2, gpus_per_agent=2) as cluster:
         for number in range(plan.runs):
             for strategy in STRATEGIES:
@@ -379,13 +399,15 @@ def measure(plan: Plan, with_ray: bool, workdir: Path) -> dict[str, Any]:
                 # Rotate the order: whatever drifts during a run favours no variant.
                 shift = number % len(variants)
                 for variant in variants[shift:] + variants[:shift]:
-                    if variant in ("strata", "strata_bare"):
+                    wait_pools_full(cluster, agents=2)
+                    if variant in ("strata", "strata_bare", "strata_warm"):
                         run = run_under_strata(
                             cluster,
                             strategy,
                             plan,
                             number,
-                            runtime_callbacks=variant == "strata",
+                            runtime_callbacks=variant != "strata_bare",
+                            warm=variant == "strata_warm",
                         )
                     elif variant == "hand":
                         run = run_by_hand(strategy, plan, workdir)
@@ -460,6 +482,8 @@ def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, A
                     name: spread([run[name] for run in per_step if name in run]) for name in names
                 }
         comparisons = [("strata", other) for other in variants if other != "strata"]
+        if "strata_warm" in variants and "hand" in variants:
+            comparisons.append(("strata_warm", "hand"))
         if "strata_bare" in variants and "hand" in variants:
             comparisons.append(("strata_bare", "hand"))
         for one, other in comparisons:

@@ -25,6 +25,12 @@ the wall time at which the runtime observed them, on this same machine):
   restart on the job's stream (live again), and how many points were made during the
   outage and delivered afterwards.
 
+Every scenario but the server's runs twice per run, side by side: cold (the job's
+`warm_start: false`: each restarted task is a fresh interpreter) and warm (the agents keep
+two warm processes each, TensorFlow already imported; before the kill the benchmark waits
+until every agent has refilled its pool, as a host at rest would have). The warm runs say
+whether the restarted task did start warm (its event).
+
 The floor for a restarted process is TensorFlow's import time, measured on its own. Beside
 these, checkpoint now: `POST /jobs/{id}/checkpoint` on the running job, several times, and the
 seconds from request to the runtime's report that the checkpoint is written (the answer's
@@ -38,6 +44,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,9 +75,15 @@ Finder = Callable[[list[dict[str, Any]]], float | None]
 Victim = tuple[str, "subprocess.Popen[bytes]"]
 
 
-def job_spec(name: str) -> dict[str, Any]:
+WARM_POOL = 2  # warm processes per agent (STRATA_AGENT_WARM_POOL)
+IDLE = re.compile(r"warm process \d+ (?:ready|taken) \((\d+) idle")
+MODES = ("cold", "warm")
+
+
+def job_spec(name: str, warm: bool = False) -> dict[str, Any]:
     return {
         "name": name,
+        "warm_start": warm,
         "strategy": "parameter_server",
         "entrypoint": ["python", "examples/digits.py", "--epochs", "400"],
         "replicas": {
@@ -186,11 +199,34 @@ def worker_back(killed_at: float) -> Finder:
     return find
 
 
+def idle_warm_processes(log: Path) -> int:
+    """How many warm processes an agent last said it had idle (in its log)."""
+    counts = IDLE.findall(log.read_text(errors="replace")) if log.exists() else []
+    return int(counts[-1]) if counts else 0
+
+
+def wait_pools_full(cluster: Cluster, hosts: list[str], timeout: float = 300) -> None:
+    """Until every agent named has its whole warm pool idle (a host at rest)."""
+    deadline = time.monotonic() + timeout
+    while any(
+        idle_warm_processes(cluster.data_dir / f"agent-{host}.log") < WARM_POOL for host in hosts
+    ):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"warm pools not refilled: {hosts}")
+        time.sleep(0.5)
+
+
+def online_hosts(cluster: Cluster) -> list[str]:
+    return [h["name"] for h in cluster.http.get("/hosts").json() if h["status"] == "online"]
+
+
 @contextlib.contextmanager
-def training_job(cluster: Cluster, name: str, batch_points: int) -> Iterator[tuple[int, Watch]]:
+def training_job(
+    cluster: Cluster, name: str, batch_points: int, warm: bool = False
+) -> Iterator[tuple[int, Watch]]:
     """A PS job watched on its stream from the moment the chief has reported `batch_points`
     batch points (steady training); cancelled, with every process gone, afterwards."""
-    job_id: int = cluster.submit(job_spec(name))["id"]
+    job_id: int = cluster.submit(job_spec(name, warm))["id"]
     watch = Watch(cluster, job_id)
     try:
         watch.until(
@@ -288,12 +324,14 @@ def restart_server(cluster: SplitCluster, job_id: int, watch: Watch) -> dict[str
 KILLED_TASK = {"worker": "worker:1", "ps": "ps:0", "chief": "chief:0"}
 
 
-def restart_phases(cluster: Cluster, job_id: int, task: str, killed_at: float) -> dict[str, float]:
+def restart_phases(
+    cluster: Cluster, job_id: int, task: str, killed_at: float
+) -> dict[str, float | bool]:
     """Where a recovery's time went, from the job's events (stamped by the server on this
     machine): kill → the exit (or the host's loss) recorded, → the new attempt's process
     reported started. The rest, to training again, is the new process's: Python and
     TensorFlow imports, joining the cluster, and for a worker the coordinator re-adding it."""
-    phases: dict[str, float] = {}
+    phases: dict[str, float | bool] = {}
     for event in cluster.events(job_id):
         at = datetime.fromisoformat(event["at"]).timestamp()
         if event["kind"] != "task_status" or event["task"] != task or at < killed_at:
@@ -303,10 +341,11 @@ def restart_phases(cluster: Cluster, job_id: int, task: str, killed_at: float) -
             phases["exit_recorded_s"] = round(at - killed_at, 2)
         elif to == "running" and "restarted_s" not in phases:
             phases["restarted_s"] = round(at - killed_at, 2)
+            phases["started_warm"] = bool(event["data"].get("warm"))
     return phases
 
 
-def run_once(cluster: SplitCluster, scenario: str, run: int) -> dict[str, Any]:
+def run_once(cluster: SplitCluster, scenario: str, run: int, mode: str = "cold") -> dict[str, Any]:
     if scenario == "server":
         with training_job(cluster, f"recovery-server-{run}", batch_points=5) as (job_id, watch):
             found = restart_server(cluster, job_id, watch)
@@ -331,22 +370,39 @@ def run_once(cluster: SplitCluster, scenario: str, run: int) -> dict[str, Any]:
             cluster.start_agent(name, gpus=4, ports=f"{28000 + 100 * run}-{28099 + 100 * run}"),
         )
         cluster.wait_host(name, "online")
-    with training_job(cluster, f"recovery-{scenario}-{run}", batch_points=5) as (job_id, watch):
+    warm = mode == "warm"
+    with training_job(cluster, f"recovery-{scenario}-{mode}-{run}", batch_points=5, warm=warm) as (
+        job_id,
+        watch,
+    ):
+        if warm:  # the first starts took warm processes: the host at rest has them back
+            wait_pools_full(cluster, online_hosts(cluster))
         killed_at = time.time()
         seconds = kill_and_time(cluster, scenario, job_id, watch, victim)
         after = cluster.job(job_id)
         phases = restart_phases(cluster, job_id, KILLED_TASK.get(scenario, "chief:0"), killed_at)
     print(
-        f"  {scenario} run {run}: training resumed {seconds:.2f}s after the kill ({phases})",
+        f"  {scenario} {mode} run {run}: training resumed {seconds:.2f}s after the kill ({phases})",
         flush=True,
     )
     return {
         "scenario": scenario,
+        "mode": mode,
         "seconds": round(seconds, 2),
         **phases,
         "restart_count": after["restart_count"],
         "attempts": {t["name"]: t["attempt"] for t in after["tasks"]},
     }
+
+
+def summarise(found: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"runs": found, "seconds": spread([r["seconds"] for r in found])}
+    for phase in ("exit_recorded_s", "restarted_s"):
+        if found and all(phase in r for r in found):
+            summary[phase] = spread([r[phase] for r in found])
+    if found and all("started_warm" in r for r in found):
+        summary["started_warm"] = sum(1 for r in found if r["started_warm"])
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,40 +414,41 @@ def main(argv: list[str] | None = None) -> int:
     runs = 1 if args.quick else args.runs
     scenarios = args.only or list(SCENARIOS)
 
+    # Every agent keeps WARM_POOL warm processes; cold runs ask for cold starts instead.
+    os.environ["STRATA_AGENT_WARM_POOL"] = str(WARM_POOL)
     floor = tensorflow_import_seconds(3)
     print(f"TensorFlow import: median {floor['median']:.2f}s", flush=True)
     results: dict[str, Any] = {"machine": machine_info(), "tensorflow_import_seconds": floor}
     measured: dict[str, list[dict[str, Any]]] = {}
+    measured_warm: dict[str, list[dict[str, Any]]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="strata-recovery-") as tmp,
         split_cluster(Path(tmp) / "data") as cluster,
     ):
         results["checkpoint_now"] = checkpoint_now(cluster, 3 if args.quick else 8)
         for scenario in scenarios:
-            measured[scenario] = [run_once(cluster, scenario, run) for run in range(runs)]
+            for run in range(runs):
+                # Cold and warm alternate, so that drift on the machine favours neither.
+                for mode in MODES if scenario != "server" else ("cold",):
+                    found = run_once(cluster, scenario, run, mode)
+                    into = measured_warm if mode == "warm" else measured
+                    into.setdefault(scenario, []).append(found)
     previous = RESULTS / "recovery.json"
-    if args.only and previous.exists():
-        # Scenarios not run this time keep their last results.
-        results["scenarios"] = json.loads(previous.read_text()).get("scenarios", {})
-    else:
-        results["scenarios"] = {}
-    results["scenarios"].update(
-        {
-            name: {"runs": found, "seconds": spread([r["seconds"] for r in found])}
-            | {
-                phase: spread([r[phase] for r in found])
-                for phase in ("exit_recorded_s", "restarted_s")
-                if found and all(phase in r for r in found)
-            }
-            for name, found in measured.items()
-        }
-    )
+    for key, runs_of in (("scenarios", measured), ("warm_scenarios", measured_warm)):
+        if args.only and previous.exists():
+            # Scenarios not run this time keep their last results.
+            results[key] = json.loads(previous.read_text()).get(key, {})
+        else:
+            results[key] = {}
+        results[key].update({name: summarise(found) for name, found in runs_of.items()})
+    results["warm_pool_per_agent"] = WARM_POOL
     results["runs_per_scenario"] = runs
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "recovery.json").write_text(json.dumps(results, indent=2) + "\n")
-    for name, summary in results["scenarios"].items():
-        s = summary["seconds"]
-        print(f"{name}: median {s['median']:.2f}s [{s['min']:.2f} to {s['max']:.2f}]")
+    for key in ("scenarios", "warm_scenarios"):
+        for name, summary in results[key].items():
+            s = summary["seconds"]
+            print(f"{name} ({key}): median {s['median']:.2f}s [{s['min']:.2f} to {s['max']:.2f}]")
     print(f"worker target (TF import + 1 s): {floor['median'] + 1:.2f}s")
     return 0
 
