@@ -259,3 +259,30 @@ async def test_a_budget_smaller_than_one_warm_process_keeps_none() -> None:
         assert "holds 0 of 2 warm processes" in pool.budget_note
     finally:
         await pool.close()
+
+
+@SLOW
+async def test_no_device_is_initialised_before_the_task_says_which_it_may_see(
+    tmp_path: Path,
+) -> None:
+    """CUDA reads CUDA_VISIBLE_DEVICES once, when TensorFlow first initialises it: that must
+    happen after the assignment. On a host without a GPU TensorFlow logs its failed cuInit
+    then; on one with GPUs, the task sees exactly the devices it was given, as cold."""
+    (tmp_path / "show.py").write_text(SHOW)
+    warm = await start_warm_process(warm_env(os.environ))
+    await asyncio.sleep(1)  # whatever the import would still print
+    before = b"".join(data for _, data in warm.early_output)
+    assert b"cuInit" not in before and b"Created device" not in before
+    for visible in ("", "0"):
+        command = start("python", "show.py", "0", env={"CUDA_VISIBLE_DEVICES": visible})
+        if visible == "":  # the warm process looked at above
+            lines: list[str] = []
+            process = TaskProcess(command.key, collector(lines))
+            cwd, env = process.prepare(command, tmp_path, "http://server.test")
+            await process.adopt(warm, command, cwd, env)
+            await process.wait()
+        else:
+            _exit, lines, _pid = await run_warm(command, tmp_path)
+        _cold_exit, cold_lines = await run_cold(command, tmp_path)
+        assert reported(lines)["gpus"] == reported(cold_lines)["gpus"], visible
+        assert reported(lines)["visible"] == visible
