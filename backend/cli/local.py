@@ -35,6 +35,7 @@ class LocalCluster:
     gpus_per_agent: int
     workspace: Path
     demo: bool
+    warm_pool: int | None = None  # None: the agents' own default (or STRATA_AGENT_WARM_POOL)
 
     @property
     def url(self) -> str:
@@ -91,6 +92,7 @@ class LocalCluster:
                 str(self.workspace),
                 "--state-dir",
                 str(logs / f"local-{index}"),
+                *([] if self.warm_pool is None else ["--warm-pool", str(self.warm_pool)]),
                 env={
                     **os.environ,
                     "STRATA_AGENT_TOKEN": self.settings.agent_token.get_secret_value(),

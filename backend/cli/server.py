@@ -145,6 +145,16 @@ def up(
     demo: Annotated[
         bool, typer.Option("--demo", help="Also submit the parameter_server example.")
     ] = False,
+    warm_pool: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=64,
+            help="Warm processes (TensorFlow already imported) each local agent keeps for task "
+            "starts; 0: all cold. [default: STRATA_AGENT_WARM_POOL, else one per GPU plus one]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the whole control plane on this machine: server and local agents, SQLite by default."""
     settings = up_settings(port=port, db=db, data_dir=data_dir)
@@ -156,6 +166,7 @@ def up(
         gpus_per_agent=gpus_per_agent,
         workspace=workspace.resolve(),
         demo=demo,
+        warm_pool=warm_pool,
     )
     url = local.url
     console.print(f"[bold]Strata[/bold] on {url}  (data: {data_dir})")
