@@ -7,8 +7,11 @@ request, proxies it, refuses callers without a token, caps how many run, and rea
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -66,6 +69,20 @@ async def strata(tmp_path: Path) -> AsyncIterator[Strata]:
 BEARER = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+async def loaded(
+    http: httpx.AsyncClient, url: str, expected: set[str], headers: dict[str, str] | None = None
+) -> Any:
+    """GET `url` until its JSON holds all of `expected` (TensorBoard reads the event files on
+    a thread of its own, after it has started serving), or a minute has passed."""
+    deadline = time.monotonic() + 60
+    while True:
+        answer = await http.get(url, headers=headers)
+        assert answer.status_code == 200, answer.text
+        if expected <= set(answer.json()) or time.monotonic() > deadline:
+            return answer.json()
+        await asyncio.sleep(0.2)
+
+
 async def test_a_job_s_tensorboard_is_served_behind_the_token(strata: Strata) -> None:
     strata.http.headers.update(BEARER)
     job_id = await strata.job_with_events([2.0, 1.0, 0.5])
@@ -81,10 +98,8 @@ async def test_a_job_s_tensorboard_is_served_behind_the_token(strata: Strata) ->
     assert agent.status_code == 403
     assert strata.boards.running() == []  # nothing started for those
 
-    runs = await strata.http.get(f"{base}/data/runs", headers=BEARER)
-    assert runs.status_code == 200, runs.text
-    assert runs.json() == ["chief-0"]
-    tags = (await strata.http.get(f"{base}/data/plugin/scalars/tags", headers=BEARER)).json()
+    assert await loaded(strata.http, f"{base}/data/runs", {"chief-0"}, BEARER) == ["chief-0"]
+    tags = await loaded(strata.http, f"{base}/data/plugin/scalars/tags", {"chief-0"}, BEARER)
     assert list(tags["chief-0"]) == ["batch/loss"]
     points = await strata.http.get(
         f"{base}/data/plugin/scalars/scalars",
@@ -124,10 +139,10 @@ async def test_compare_serves_a_run_per_job_and_the_cap_is_a_409(strata: Strata)
     assert redirect.status_code == 307
     base = f"/tensorboard/compare/{first}-{second}"
     assert redirect.headers["location"] == f"{base}/"
-    runs = await strata.http.get(f"{base}/data/runs")
-    assert sorted(runs.json()) == [f"job{first}/chief-0", f"job{second}/chief-0"]
-    tags = (await strata.http.get(f"{base}/data/plugin/scalars/tags")).json()
-    assert all(list(tags[run]) == ["batch/loss"] for run in runs.json())
+    expected = {f"job{first}/chief-0", f"job{second}/chief-0"}
+    assert set(await loaded(strata.http, f"{base}/data/runs", expected)) == expected
+    tags = await loaded(strata.http, f"{base}/data/plugin/scalars/tags", expected)
+    assert all(list(tags[run]) == ["batch/loss"] for run in expected)
     unknown = await strata.http.get(f"/tensorboard/compare/{first}-999/data/runs")
     assert unknown.status_code == 404
 
@@ -149,8 +164,10 @@ async def test_idle_boards_are_stopped_and_dead_ones_started_again(tmp_path: Pat
     try:
         board = await boards.open(spec)
         async with httpx.AsyncClient() as client:
-            runs = await client.get(f"{board.base_url}/jobs/1/tensorboard/data/runs")
-        assert runs.json() == ["chief-0"]
+            runs = await loaded(
+                client, f"{board.base_url}/jobs/1/tensorboard/data/runs", {"chief-0"}
+            )
+        assert runs == ["chief-0"]
         other = BoardSpec(key="job-2", prefix="/jobs/2/tensorboard", runs=(("", tmp_path / "b"),))
         with pytest.raises(Conflict, match="STRATA_TENSORBOARD_MAX=1"):
             await boards.open(other)

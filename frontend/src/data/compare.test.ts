@@ -54,6 +54,9 @@ describe("compared series", () => {
   const first = metrics(3, [
     ["chief:0", "loss", [10, 20], [2, 1], [100, 110]],
     ["chief:0", "batch/loss", [5, 10, 15], [3, 2, 1.5], [95, 100, 105]],
+    ["chief:0", "epoch", [10, 20], [1, 2], [100, 110]],
+    ["chief:0", "accuracy", [10, 20], [0.5, 0.7], [100, 110]],
+    ["chief:0", "lr", [10, 20], [0.01, 0.01], [100, 110]],
     ["evaluator:0", "eval/loss", [10], [2.5], [112]],
   ]);
   const second = metrics(5, [["chief:0", "loss", [10, 20, 30], [1.5, 1, 0.5], [1000, 1004, 1008]]]);
@@ -68,7 +71,7 @@ describe("compared series", () => {
       ],
       "step",
     );
-    expect([...byMetric.keys()]).toEqual(["batch/loss", "loss"]);
+    expect([...byMetric.keys()]).toEqual(["loss", "accuracy", "batch/loss", "lr"]); // no "epoch"
     const loss = byMetric.get("loss") ?? [];
     expect(loss.map((s) => s.task)).toEqual(["#3 a", "#5 b"]);
     expect(loss[1]?.steps).toEqual([10, 20, 30]);

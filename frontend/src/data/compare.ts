@@ -66,7 +66,7 @@ export function reportingTask(metrics: MetricsRead): string | null {
 }
 
 /** For each metric any job reports: one series per job that reports it, x by `alignment`
- * (the step, or seconds since that job's first point). Sorted by metric name. */
+ * (the step, or seconds since that job's first point). The loss first (see metricRank). */
 export function comparedSeries(jobs: ComparedJob[], alignment: Alignment): Map<string, Series[]> {
   const byMetric = new Map<string, Series[]>();
   for (const job of jobs) {
@@ -84,5 +84,18 @@ export function comparedSeries(jobs: ComparedJob[], alignment: Alignment): Map<s
       byMetric.set(read.name, list);
     }
   }
-  return new Map([...byMetric.entries()].sort(([a], [b]) => a.localeCompare(b)));
+  byMetric.delete("epoch"); // the same line for every job: nothing to compare
+  return new Map([...byMetric.entries()].sort(([a], [b]) => metricRank(a) - metricRank(b) || a.localeCompare(b)));
+}
+
+const RATES = new Set(["lr", "steps_per_sec", "examples_per_sec"]);
+/** The loss first, then the epoch metrics, evaluation, batch curves, rates, the rest. */
+function metricRank(name: string): number {
+  if (name === "loss") return 0;
+  if (name === "val_loss") return 1;
+  if (RATES.has(name)) return 5;
+  if (!name.includes("/")) return 2;
+  if (name.startsWith("eval/")) return 3;
+  if (name.startsWith("batch/")) return 4;
+  return 6;
 }
