@@ -153,16 +153,17 @@ class SlurmBackend:
         view: SlurmView,
         status: JobStatus | None,
     ) -> None:
+        assert record.slurm_job_id is not None
+        changed = (record.slurm_state, record.slurm_reason) != (view.state, view.reason or None)
         record.slurm_state, record.slurm_reason = view.state, view.reason or None
         record.nodes = view.nodes or record.nodes
-        live = view.state in ACTIVE_STATES
-        if not live:
-            record.phase, record.ended_at = Phase.ended, utcnow()
         await session.commit()
-        assert record.slurm_job_id is not None
+        live = view.state in ACTIVE_STATES
         if live and (status is None or status.is_terminal):
             await self._cancel(session, record)
-        elif live and status is JobStatus.pending:
+        elif live and status is JobStatus.pending and changed:
+            # Only when Slurm's word changes: a placement reason the job got meanwhile (its
+            # agents have joined) is not overwritten on every poll.
             await self.apply(
                 functools.partial(
                     note_waiting,
@@ -172,14 +173,18 @@ class SlurmBackend:
                 ),
                 frees_or_takes_capacity=False,
             )
-        elif not live and status is not None and not status.is_terminal:
-            end = ending(view)
-            log.info("job %d: %s", record.job_id, end.reason)
-            await self.apply(
-                functools.partial(
-                    end_for_slurm, job_id=record.job_id, status=end.status, reason=end.reason
+        elif not live:
+            if status is not None and not status.is_terminal:
+                end = ending(view)
+                log.info("job %d: %s", record.job_id, end.reason)
+                await self.apply(
+                    functools.partial(
+                        end_for_slurm, job_id=record.job_id, status=end.status, reason=end.reason
+                    )
                 )
-            )
+            # After the job: a record ended under a job still active would be submitted again.
+            record.phase, record.ended_at = Phase.ended, utcnow()
+            await session.commit()
 
     async def _cancel(self, session: AsyncSession, record: SlurmJob) -> None:
         """scancel the Slurm job of a Strata job that has ended (again if it lingers)."""

@@ -13,7 +13,7 @@ import logging
 import secrets
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.auth import TokenRegistry
@@ -58,33 +58,37 @@ class Submitter:
         self._native: set[int] = set()  # pending jobs seen not to ask for Slurm
 
     async def record_new_jobs(self) -> int:
-        """Record every pending job that asks for Slurm and has no record yet."""
+        """Record every pending job that asks for Slurm and has no live Slurm job: new jobs,
+        and jobs restarted by request after their Slurm job ended (a new submission)."""
         async with self.sessions() as session:
             rows = (
                 await session.execute(
-                    select(Job.id, Job.spec)
+                    select(Job.id, Job.spec, SlurmJob)
                     .outerjoin(SlurmJob, SlurmJob.job_id == Job.id)
-                    .where(Job.status == JobStatus.pending, SlurmJob.id.is_(None))
+                    .where(
+                        Job.status == JobStatus.pending,
+                        or_(SlurmJob.id.is_(None), SlurmJob.phase == Phase.ended),
+                    )
                     .order_by(Job.id)
                 )
             ).all()
-            pending = {job_id for job_id, _ in rows}
-            self._native &= pending
+            self._native &= {job_id for job_id, _, _ in rows}
             recorded = 0
-            for job_id, spec in rows:
+            for job_id, spec, ended in rows:
                 if job_id in self._native:
                     continue
                 if not spec.get("slurm"):
                     self._native.add(job_id)
                     continue
-                session.add(
-                    SlurmJob(
-                        job_id=job_id,
-                        name=job_name(self.settings, job_id),
-                        marker=f"strata job {job_id} record {secrets.token_hex(8)}",
-                        phase=Phase.recorded,
-                    )
-                )
+                record = ended or SlurmJob(job_id=job_id, name=job_name(self.settings, job_id))
+                record.marker = f"strata job {job_id} record {secrets.token_hex(8)}"
+                record.phase = Phase.recorded
+                record.slurm_job_id = record.slurm_state = record.slurm_reason = None
+                record.nodes = record.submitted_at = None
+                record.cancel_sent_at = record.ended_at = None
+                record.submit_tries = 0
+                record.recorded_at = utcnow()
+                session.add(record)
                 recorded += 1
             await session.commit()
         return recorded
@@ -169,9 +173,8 @@ class Submitter:
         )
 
     async def _refused(self, session: AsyncSession, record: SlurmJob, message: str) -> None:
-        record.phase, record.ended_at = Phase.ended, utcnow()
-        await session.commit()
         log.info("job %d: Slurm refused it: %s", record.job_id, message)
+        # The job first: a record ended under a job still pending would be submitted again.
         await self.apply(
             functools.partial(
                 end_for_slurm,
@@ -180,3 +183,5 @@ class Submitter:
                 reason=f"Slurm refused the job: {message}",
             )
         )
+        record.phase, record.ended_at = Phase.ended, utcnow()
+        await session.commit()

@@ -170,11 +170,24 @@ async def test_a_slurm_job_cancelled_outside_strata_ends_the_job_with_that_reaso
     )
 
 
-async def test_a_slurm_job_that_fails_fails_the_job(server: SlurmServer) -> None:
+async def test_a_slurm_job_that_fails_fails_the_job_and_a_restart_submits_anew(
+    server: SlurmServer,
+) -> None:
+    agent = server.backend.settings.slurm_agent_command
     server.backend.settings.slurm_agent_command = "/bin/false"
     job_id = await submit(server, PS_JOB)
     job = await wait_for(server, job_id, "failed", lambda j: j["status"] == "failed")
-    assert job["reason"] == f"Slurm job {job['slurm_job_id']} ended FAILED"
+    failed = job["slurm_job_id"]
+    assert job["reason"] == f"Slurm job {failed} ended FAILED"
+    # Restarted by request: its Slurm job is over, so it is submitted again (once).
+    server.backend.settings.slurm_agent_command = agent
+    assert (await server.api.http.post(f"/jobs/{job_id}/restart")).status_code == 200
+    job = await wait_for(
+        server, job_id, "running again", lambda j: "running on" in (j["reason"] or "")
+    )
+    assert job["slurm_job_id"] != failed
+    await server.passes(2)
+    assert sorted(server.named(job_id), key=int) == [failed, job["slurm_job_id"]]
 
 
 async def test_after_a_crash_the_submitted_job_is_adopted_not_submitted_again(
