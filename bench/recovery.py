@@ -216,6 +216,44 @@ def wait_pools_full(cluster: Cluster, hosts: list[str], timeout: float = 300) ->
         time.sleep(0.5)
 
 
+def warm_process_pids() -> list[int]:
+    """Every `python -m agents.host.warm` on the machine (all idle while no job runs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if b"agents.host.warm" in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def idle_pool_cost(seconds: float = 10.0) -> dict[str, Any]:
+    """CPU and memory of idle warm processes: CPU over `seconds`, resident and proportional
+    (shared pages split among their users) memory of each."""
+    from agents.host.warm_pool import cpu_seconds, rss_bytes
+
+    pids = warm_process_pids()
+    before = {pid: cpu_seconds(pid) or 0.0 for pid in pids}
+    time.sleep(seconds)
+    used = sum((cpu_seconds(pid) or 0.0) - before[pid] for pid in pids)
+    rss = [rss_bytes(pid) or 0 for pid in pids]
+    pss = [proportional_bytes(pid) for pid in pids]
+    return {
+        "processes": len(pids),
+        "cpu_cores": round(used / seconds, 4),
+        "rss_mib": spread([r / 2**20 for r in rss]) if rss else None,
+        "pss_mib": spread([p / 2**20 for p in pss]) if pss else None,
+    }
+
+
+def proportional_bytes(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def online_hosts(cluster: Cluster) -> list[str]:
     return [h["name"] for h in cluster.http.get("/hosts").json() if h["status"] == "online"]
 
@@ -425,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="strata-recovery-") as tmp,
         split_cluster(Path(tmp) / "data") as cluster,
     ):
+        wait_pools_full(cluster, online_hosts(cluster))
+        results["warm_pool_idle"] = idle_pool_cost()
+        print(f"idle warm pool: {results['warm_pool_idle']}", flush=True)
         results["checkpoint_now"] = checkpoint_now(cluster, 3 if args.quick else 8)
         for scenario in scenarios:
             for run in range(runs):

@@ -120,6 +120,17 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
         "once a second. ps, chief and host recoveries also restore the backup, and a lost host",
         "is noticed only after the heartbeat timeout (4 s in this cluster).",
     ]
+    idle = recovery.get("warm_pool_idle")
+    if idle and idle.get("processes"):
+        lines += [
+            "",
+            f"Idle warm pool (all {idle['processes']} warm processes of the cluster's agents,",
+            "before any job): together they used"
+            f" {idle['cpu_cores']:.4f} cores over 10 s (blocked in a read); each holds"
+            f" {spread_text(idle['rss_mib'], digits=0, unit=' MiB')} resident, of which"
+            f" {spread_text(idle['pss_mib'], digits=0, unit=' MiB')} its own share (PSS:"
+            " pages shared with the other warm processes, the libraries, split among them).",
+        ]
     lines += _phase_lines(recovery)
     server = recovery.get("scenarios", {}).get("server")
     if server and server["runs"] and "outage_seconds" in server["runs"][0]:
