@@ -434,7 +434,12 @@ def run_once(cluster: SplitCluster, scenario: str, run: int, mode: str = "cold")
 
 
 def summarise(found: list[dict[str, Any]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {"runs": found, "seconds": spread([r["seconds"] for r in found])}
+    summary: dict[str, Any] = {
+        "runs": found,
+        "seconds": spread([r["seconds"] for r in found]),
+        # Scenarios left out of a later `--only` run keep this: the report says which is older.
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
     for phase in ("exit_recorded_s", "restarted_s"):
         if found and all(phase in r for r in found):
             summary[phase] = spread([r[phase] for r in found])

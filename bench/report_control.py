@@ -95,6 +95,14 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
         "| Killed | What has to happen | Cold: kill → training resumed | Warm | Warm ÷ cold |",
         "| --- | --- | --- | --- | --- |",
     ]
+    machine = recovery.get("machine", {})
+    load, cores = machine.get("load_average_at_start", [0.0])[0], machine.get("nproc", 0)
+    if cores and load > cores:
+        lines[-3:-3] = [
+            f"This run shared the machine: load average {load:.1f} at its start on {cores}"
+            " cores (other work), so absolute times are inflated and the cold/warm ratio,",
+            "taken within the run, is the comparison.",
+        ]
     warm_runs = recovery.get("warm_scenarios", {})
     for name, summary in recovery.get("scenarios", {}).items():
         warm = warm_runs.get(name)
@@ -107,8 +115,9 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
             warm_text, ratio_text = f"{_spread(warm['seconds'])}{count}", f"{ratio:.2f}"
         else:
             warm_text = ratio_text = "—"
+        earlier = "" if summary.get("date", "") >= machine.get("date", "") else " (an earlier run)"
         lines.append(
-            f"| {name} | {RECOVERY_WHAT.get(name, name)} | {_spread(summary['seconds'])} "
+            f"| {name} | {RECOVERY_WHAT.get(name, name)}{earlier} | {_spread(summary['seconds'])} "
             f"| {warm_text} | {ratio_text} |"
         )
     lines += [
