@@ -232,15 +232,6 @@ class JobSpec(_Strict):
     """A distributed TensorFlow training job."""
 
     name: str = Field(description="Short and safe: letters, digits, '.', '_' and '-'.")
-    description: str = Field(
-        default="", max_length=MAX_DESCRIPTION, description="Free text about the job (searchable)."
-    )
-    tags: list[str] = Field(
-        default_factory=list,
-        max_length=MAX_TAGS,
-        description="Labels to find jobs by (GET /jobs?tag=): at most 16, each 1-32 letters, "
-        "digits, '.', '_', '-', ':' or '=', starting with a letter or digit.",
-    )
     strategy: Strategy
     entrypoint: list[str] = Field(min_length=1, max_length=256, description="argv, no shell.")
     working_dir: str = Field(
@@ -273,6 +264,15 @@ class JobSpec(_Strict):
         default=None,
         description="Run as one Slurm job (the server's STRATA_SLURM_* settings); null: on "
         "Strata's own agents.",
+    )
+    description: str = Field(
+        default="", max_length=MAX_DESCRIPTION, description="Free text about the job (searchable)."
+    )
+    tags: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_TAGS,
+        description="Labels to find jobs by (GET /jobs?tag=): at most 16, each 1-32 letters, "
+        "digits, '.', '_', '-', ':' or '=', starting with a letter or digit.",
     )
 
     @field_validator("name")
