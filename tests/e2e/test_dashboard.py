@@ -254,6 +254,10 @@ def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
     page.wait_for_function("/^#\\/jobs\\/\\d+$/.test(location.hash)")
     job_id = int(page.evaluate("location.hash").rsplit("/", 1)[1])
     page.locator('[data-testid="job-status"][data-status="running"]').wait_for(timeout=120_000)
+    # Its agent's CPU and memory samples reach the topology (live, or with the job's reads).
+    usage = page.locator('[data-testid="task-chief:0"] [data-testid="task-usage"]')
+    usage.wait_for(timeout=30_000)
+    assert usage.inner_text().startswith("CPU ")
 
     # The loss chart gains points while it trains.
     loss = '[data-testid="chart-loss"]'
@@ -311,6 +315,9 @@ def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
     page.get_by_test_id("cluster-page").wait_for()
     assert page.get_by_test_id("host-card").count() == 2
     page.locator('[data-testid="device"][data-task^="' + f"{job_id}/" + '"]').first.wait_for()
+    # The tasks' CPU and memory; the simulated GPUs report no utilisation.
+    page.get_by_test_id("task-usage").first.wait_for()
+    assert page.get_by_test_id("gpu-usage").count() == 0
     screenshots(page, "cluster")
 
     # The jobs list shows it live.

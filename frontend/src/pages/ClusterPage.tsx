@@ -188,8 +188,12 @@ function HostCard({ host, age }: { host: HostUsage; age: number }) {
                   ) : (
                     <span class="faint">free</span>
                   )}
-                  {d.task ? <TaskUsage figures={taskFigures(d.task.stats)} /> : null}
                 </div>
+                {d.task?.stats ? (
+                  <div style={{ marginTop: "2px" }}>
+                    <TaskUsage figures={taskFigures(d.task.stats)} />
+                  </div>
+                ) : null}
                 <GpuUsage stats={d.stats} />
               </div>
             ))}
