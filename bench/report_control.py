@@ -351,6 +351,24 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
                 f"- **PS worker recovery**: {total:.2f} s against {floor + 1:.2f} s (TensorFlow's "
                 f"import + 1 s), {total - floor - 1:.2f} s over.{started}"
             )
+    warm = (recovery or {}).get("warm_scenarios", {}).get("worker")
+    if warm and warm["seconds"]["median"] > WARM_WORKER_TARGET:
+        total = warm["seconds"]["median"]
+        restarted = warm.get("restarted_s", {}).get("median")
+        part = (
+            f" The new attempt was reported started {restarted:.2f} s after the kill, in a warm"
+            f" process; the other {total - restarted:.2f} s are the runtime's server starting"
+            " (TensorFlow already imported), the coordinator noticing the worker is back and"
+            " rebuilding its remote context and dataset on its own schedule, and the bench"
+            " reading it from a metric the chief polls about once a second (counted from a poll"
+            " at least 1.5 s after the kill)."
+            if restarted is not None
+            else ""
+        )
+        notes.append(
+            f"- **PS worker recovery, warm start**: {total:.2f} s against {WARM_WORKER_TARGET:.1f}"
+            f" s, {total - WARM_WORKER_TARGET:.2f} s over.{part}"
+        )
     measured = [run for run in (scale or {}).get("runs", []) if "failed" not in run]
     for database in sorted({run.get("database", "sqlite") for run in measured}):
         on_it = [run for run in measured if run.get("database", "sqlite") == database]
