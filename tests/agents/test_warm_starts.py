@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -286,3 +287,25 @@ async def test_no_device_is_initialised_before_the_task_says_which_it_may_see(
         _cold_exit, cold_lines = await run_cold(command, tmp_path)
         assert reported(lines)["gpus"] == reported(cold_lines)["gpus"], visible
         assert reported(lines)["visible"] == visible
+
+
+@SLOW
+async def test_an_idle_warm_process_that_dies_is_replaced_and_never_handed_out() -> None:
+    pool = WarmPool(size=1, memory_budget=None)
+    pool.start()
+    try:
+        while not pool.idle:
+            await asyncio.sleep(0.2)
+        dead = pool.idle[0]
+        os.kill(dead.pid, signal.SIGKILL)
+        await dead.protocol.exited
+        taken = pool.take()
+        assert taken is None or taken.pid != dead.pid
+        while not pool.idle and taken is None:
+            await asyncio.sleep(0.2)
+        fresh = taken or pool.take()
+        assert fresh is not None and fresh.pid != dead.pid and fresh.alive
+        fresh.discard()
+        await fresh.protocol.exited
+    finally:
+        await pool.close()
