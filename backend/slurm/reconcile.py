@@ -32,10 +32,11 @@ from backend.slurm.commands import ACTIVE_STATES, SlurmCommands, SlurmError
 from backend.slurm.job_changes import Apply, end_for_slurm, note_waiting
 from backend.slurm.models import Phase, SlurmJob
 from backend.slurm.outcome import SlurmView, ending, waiting_reason
-from backend.slurm.submit import Submitter
+from backend.slurm.submit import Submitter, server_url
 
 log = logging.getLogger(__name__)
 
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 CANCEL_RESEND = timedelta(seconds=10)
 # Slurm states in which the allocation's agents may join (the job's processes run).
 AGENT_STATES = frozenset(
@@ -76,6 +77,13 @@ class SlurmBackend:
             apply=apply,
         )
         self._wake = asyncio.Event()
+        if settings.slurm_server_url is None and settings.host in LOOPBACK:
+            log.warning(
+                "STRATA_SLURM_SERVER_URL is unset: the agents in Slurm allocations are told to "
+                "reach the server at %s, which only works where the compute nodes are this "
+                "machine",
+                server_url(settings),
+            )
         # Passes never overlap: two could both find a record unsubmitted and both sbatch it.
         self._pass = asyncio.Lock()
 
