@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from backend.errors import Conflict, DomainError
+from backend.tensorboard.serve import PARENT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,7 @@ class TensorBoards:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=output,
                 stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, PARENT_ENV: str(os.getpid())},  # it exits when we are gone
             )
         log.info("TensorBoard %s starting (pid %d)", spec.key, process.pid)
         try:

@@ -8,6 +8,8 @@ request, proxies it, refuses callers without a token, caps how many run, and rea
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from agents.runtime.event_files import EventFileSink
 from backend.app import create_app
 from backend.errors import Conflict
 from backend.tensorboard.processes import BoardSpec, TensorBoards
+from backend.tensorboard.serve import PARENT_ENV, watch_parent
 from tests.agents.test_runtime_callbacks import Recorder
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
 from tests.support.factories import make_spec
@@ -223,3 +226,36 @@ def test_the_arguments_name_each_run() -> None:
     assert arguments[arguments.index("--host") + 1] == "127.0.0.1"
     with pytest.raises(Conflict, match="comma"):
         BoardSpec(key="x", prefix="/x", runs=(("", Path("/a,b")),)).arguments()
+
+
+def test_a_board_exits_when_its_server_is_gone() -> None:
+    parents = iter([41, 41, 1])  # re-parented to init: the server died
+    exits: list[int] = []
+    watch_parent(41, getppid=lambda: next(parents), interval=0, exit_now=exits.append)
+    assert exits == [0]
+
+
+def test_a_real_board_exits_when_the_process_that_started_it_dies(tmp_path: Path) -> None:
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            # It names itself as the parent, as the server does, and exits at once.
+            "import os, subprocess, sys; print(subprocess.Popen([sys.executable, '-m', "
+            "'backend.tensorboard.serve', '--logdir', sys.argv[1], '--host', '127.0.0.1', "
+            "'--port', '0'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, "
+            "env={**os.environ, sys.argv[2]: str(os.getpid())}).pid)",
+            str(tmp_path),
+            PARENT_ENV,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    pid = int(started.stdout)
+    stat = Path(f"/proc/{pid}/stat")
+    deadline = time.monotonic() + 60
+    while stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z":
+        assert time.monotonic() < deadline, f"the orphaned TensorBoard {pid} still runs"
+        time.sleep(0.2)
