@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
 from fastapi.responses import FileResponse
 
 from backend.api.body import declared_length
-from backend.api.deps import AdminPrincipal, ReaderPrincipal, app_state, require
+from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, app_state, require
 from backend.auth import Principal, TokenKind
 from backend.code.schemas import LIMIT_HEADER, CodeBundleRead, CodeManifest
 from backend.code.store import CodeStore
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
+from backend.jobs.models import Job
 
 router = APIRouter(
     prefix="/code", tags=["code"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
@@ -20,6 +21,10 @@ router = APIRouter(
 
 Digest = Annotated[str, Path(description="The bundle's SHA-256: 64 lowercase hex characters.")]
 FetcherPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.agent))]
+# The agents of a Slurm allocation hold their job's token: they fetch that job's bundle only.
+BundleFetcher = Annotated[
+    Principal, Depends(require(TokenKind.admin, TokenKind.agent, TokenKind.job_agent))
+]
 
 
 def get_code_store(request: Request) -> CodeStore:
@@ -67,10 +72,20 @@ async def head_code(sha256: Digest, store: CodeStoreDep, _: FetcherPrincipal) ->
 @router.get(
     "/{sha256}",
     response_class=FileResponse,
-    responses=error_responses(400, 404) | {200: {"content": {"application/x-tar": {}}}},
+    responses=error_responses(400, 403, 404) | {200: {"content": {"application/x-tar": {}}}},
 )
-async def get_code(sha256: Digest, store: CodeStoreDep, _: FetcherPrincipal) -> FileResponse:
-    """The bundle's bytes (a tar), for agents."""
+async def get_code(
+    sha256: Digest, store: CodeStoreDep, session: SessionDep, caller: BundleFetcher
+) -> FileResponse:
+    """The bundle's bytes (a tar), for agents; a job's own agents (Slurm) get its bundle only."""
+    if caller.kind is TokenKind.job_agent:
+        job = await session.get(Job, caller.job_id) if caller.job_id is not None else None
+        code = (job.spec or {}).get("code") if job is not None else None
+        if not isinstance(code, dict) or code.get("sha256") != sha256:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"a job agent token fetches only its own job's code bundle, not {sha256}",
+            )
     if store.size(sha256) is None:
         raise NotFound(f"no code bundle {sha256}")
     return FileResponse(store.path(sha256), media_type="application/x-tar")

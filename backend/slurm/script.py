@@ -120,13 +120,18 @@ def batch_script(*, settings: Settings, job_id: int, server_url: str) -> str:
 
     The token comes in the environment (STRATA_AGENT_TOKEN, set for sbatch by the server),
     never in the script, which Slurm keeps and shows to its admins; the server binds the agent
-    to the job the token names. Each agent is named after its node and declares the GPUs
-    Slurm gave that node, which only the task itself knows (SLURMD_NODENAME,
-    SLURM_GPUS_ON_NODE): hence the small sh -c.
+    to the job the token names. Each agent is named after its node, which only the task
+    itself knows (SLURMD_NODENAME): hence the small sh -c. On a node with NVIDIA's driver the
+    agent finds the GPUs Slurm gave it through NVML, limited to its CUDA_VISIBLE_DEVICES; on
+    one without (a test cluster's device files) it declares SLURM_GPUS_ON_NODE simulated ones,
+    with the allocation's indices.
     """
     argv = [*shlex.split(settings.slurm_agent_command), "--server", server_url]
     node_name = f"{settings.slurm_job_prefix}-{job_id}-$SLURMD_NODENAME"
-    per_node = shlex.quote(f'exec "$@" --name "{node_name}" --gpus "${{SLURM_GPUS_ON_NODE:-0}}"')
+    per_node = shlex.quote(
+        f'if command -v nvidia-smi >/dev/null; then exec "$@" --name "{node_name}"; fi; '
+        f'exec "$@" --name "{node_name}" --gpus "${{SLURM_GPUS_ON_NODE:-0}}"'
+    )
     agent = " ".join(shlex.quote(arg) for arg in argv)
     return "\n".join(
         [

@@ -33,7 +33,7 @@ export interface paths {
         };
         /**
          * Get Code
-         * @description The bundle's bytes (a tar), for agents.
+         * @description The bundle's bytes (a tar), for agents; a job's own agents (Slurm) get its bundle only.
          */
         get: operations["get_code_code__sha256__get"];
         /**

@@ -3,6 +3,9 @@ that need no word from Slurm (the server's settings, the agent's name, the job's
 
 from __future__ import annotations
 
+import hashlib
+import io
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,3 +100,27 @@ def test_a_job_agent_token_opens_no_route(plain: TestClient) -> None:
         answer = plain.get(path, headers={"Authorization": f"Bearer {token}"})
         assert answer.status_code == 403, (path, answer.text)
         assert "a token of kind job_agent was given" in answer.text
+
+
+def _bundle(client: TestClient, text: str) -> str:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        member = tarfile.TarInfo("train.py")
+        member.size = len(text.encode())
+        tar.addfile(member, io.BytesIO(text.encode()))
+    body = raw.getvalue()
+    sha = hashlib.sha256(body).hexdigest()
+    assert client.put(f"/code/{sha}", content=body, headers=ADMIN).status_code == 201
+    return sha
+
+
+def test_a_job_agent_fetches_its_own_jobs_code_bundle_and_no_other(plain: TestClient) -> None:
+    mine, other = _bundle(plain, "print('mine')\n"), _bundle(plain, "print('other')\n")
+    spec = {**make_spec("mirrored"), "code": {"sha256": mine}}
+    job = plain.post("/jobs", json=spec, headers=ADMIN).json()
+    token = {"Authorization": f"Bearer {job_agent_token(plain, job['id'])}"}
+    fetched = plain.get(f"/code/{mine}", headers=token)
+    assert fetched.status_code == 200 and hashlib.sha256(fetched.content).hexdigest() == mine
+    refused = plain.get(f"/code/{other}", headers=token)
+    assert refused.status_code == 403
+    assert "only its own job's code bundle" in refused.json()["detail"]

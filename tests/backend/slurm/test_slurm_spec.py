@@ -135,7 +135,8 @@ def test_the_batch_script_starts_one_agent_per_node_and_holds_no_secret() -> Non
         "--kill-on-bad-exit=1",
         "sh",
         "-c",
-        'exec "$@" --name "strata-12-$SLURMD_NODENAME" --gpus "${SLURM_GPUS_ON_NODE:-0}"',
+        'if command -v nvidia-smi >/dev/null; then exec "$@" --name "strata-12-$SLURMD_NODENAME";'
+        ' fi; exec "$@" --name "strata-12-$SLURMD_NODENAME" --gpus "${SLURM_GPUS_ON_NODE:-0}"',
         "sh",
         "/opt/strata/bin/strata",
         "agent",
