@@ -287,6 +287,16 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
               {job.tasks.length} tasks
             </span>
             <span data-testid="job-restarts">restarts {job.restart_count}</span>
+            {job.spec.slurm ? (
+              <span data-testid="job-slurm" title="The Slurm job it runs as">
+                Slurm job {job.slurm_job_id ?? "not submitted yet"}
+              </span>
+            ) : null}
+            {job.spec.environment?.image ? (
+              <span data-testid="job-image" title="Each task runs in a container of this image">
+                image {job.spec.environment.image}
+              </span>
+            ) : null}
             <span title={job.created_at}>submitted {ago(job.created_at, now)}</span>
             {job.started_at ? (
               <span>
