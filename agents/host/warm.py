@@ -17,11 +17,13 @@ whether a task's own directory would shadow one of them); the agent sends the as
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import io
 import json
 import os
+import resource
 import runpy
 import socket
 import sys
@@ -44,6 +46,31 @@ def preload() -> None:
     import tf_keras  # noqa: F401
 
     import agents.runtime  # noqa: F401
+
+
+def import_at_idle_priority() -> tuple[int, os.sched_param] | None:
+    """Import under SCHED_IDLE where the scheduling it had can be given back afterwards (root,
+    or an RLIMIT_NICE that allows its nice value): refilling the pool then never takes CPU
+    from training on the host. Returns what to restore (None: nothing was changed)."""
+    if not hasattr(os, "sched_setscheduler"):
+        return None
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    # The kernel's rule for leaving SCHED_IDLE again (can_nice): CAP_SYS_NICE, or the limit.
+    if os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20 - nice:
+        return None
+    before = (os.sched_getscheduler(0), os.sched_getparam(0))
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    return before
+
+
+def restore_priority(before: tuple[int, os.sched_param] | None) -> None:
+    """Every thread back to the scheduling the process started with (threads the import
+    started inherited SCHED_IDLE), before any task can run here."""
+    if before is None:
+        return
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setscheduler(int(thread), *before)
 
 
 def module_origins() -> dict[str, str | None]:
@@ -149,7 +176,9 @@ _OWN_FILES = frozenset({__file__, runpy.__file__})
 
 def serve(fd: int) -> None:
     channel = socket.socket(fileno=fd)
+    before = import_at_idle_priority()
     preload()
+    restore_priority(before)  # an error here ends the process before it is ready: no task
     ready = {"type": "ready", "pid": os.getpid(), "modules": module_origins()}
     channel.sendall(json.dumps(ready).encode() + b"\n")
     line = read_line(channel)

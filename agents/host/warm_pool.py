@@ -32,7 +32,9 @@ from agents.protocol import StartTask
 
 log = logging.getLogger(__name__)
 
-READY_SECONDS = 180.0  # importing TensorFlow on a loaded two-core host takes ~6-20 s
+# Importing TensorFlow takes ~5 s of CPU, at idle priority where the agent can (agents.host.
+# warm): on a host busy training it waits for spare CPU.
+READY_SECONDS = 600.0
 MAX_EARLY_OUTPUT = 256 * 1024  # what a warm process printed before its task (import warnings)
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0)  # after warm processes that failed to get ready
 DEFAULT_MEMORY_SHARE = 0.25  # of the host's memory, for idle warm processes together
