@@ -22,6 +22,16 @@ VARIANTS = {
 OTHER = "the rest of the machine"
 
 
+def _shared_machine(machine: dict[str, Any]) -> list[str]:
+    load, cores = machine.get("load_average_at_start", [0.0])[0], machine.get("nproc", 0)
+    if not cores or load <= cores:
+        return []
+    return [
+        f"This run shared the machine (load average {load:.1f} on {cores} cores, other work):",
+        "absolute times are inflated; ratios within a run are the comparison.",
+    ]
+
+
 def _seconds(values: dict[str, float]) -> str:
     return spread_text(values, digits=2, unit=" s")
 
@@ -116,6 +126,7 @@ def launch_section(launch: dict[str, Any]) -> list[str]:
         "the example prints. Steps/s: the lead task, first epoch end → last epoch end.",
         f"{plan['runs']} run(s) per variant; median [min-max]; ratios are taken run by run.",
         f"The floor, TensorFlow's import in a fresh process: {_seconds(floor)}.",
+        *_shared_machine(launch.get("machine", {})),
         "",
         "| Job | Variant | Launch latency | Steps/s | Strata ÷ this: launch | "
         "Strata ÷ this: steps/s |",
@@ -201,6 +212,22 @@ def launch_notes(launch: dict[str, Any]) -> list[str]:
             f"({hand['launch_s']['median']:.2f} s): importing it ({floor:.2f} s alone), "
             "starting the servers, forming the cluster and tracing the first step."
         )
+        warm = entry.get("strata_warm")
+        if warm and "spawned_s" in warm:
+            notes.append(
+                f"  With warm starts: {warm['launch_s']['median']:.2f} s, the processes started "
+                f"after {warm['spawned_s']['median']:.2f} s, each in a warm process (TensorFlow "
+                "imported beforehand): the rest is starting the servers, forming the cluster and "
+                "tracing the first step."
+            )
+            cold = entry.get("strata_vs_strata_warm", {}).get("steps_ratio", {}).get("median")
+            if cold and 1 / cold < 0.98:
+                notes.append(
+                    f"  Steps/s warm ÷ cold: {1 / cold:.3f} (target ≥ 0.98). While a warm run "
+                    "trains, the agents refill their pools beside it: TensorFlow imports, at idle "
+                    "CPU priority but sharing memory bandwidth, page cache and disk; a short "
+                    "window of steps falls inside them (suspected, not yet isolated)."
+                )
         ratios = entry.get("strata_vs_hand", {})
         launch_ratio = ratios.get("launch_ratio", {}).get("median")
         if launch_ratio is not None and launch_ratio > 1.2:
