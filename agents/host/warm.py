@@ -129,6 +129,7 @@ def script_main(path: str) -> types.ModuleType:
 
 def run_script(argv: list[str]) -> None:
     sys.argv = list(argv)
+    sys.orig_argv = [sys.executable, *argv]  # what the agent would have exec'd
     main = script_main(argv[0])
     assert main.__file__ is not None
     with io.open_code(main.__file__) as source:  # as the interpreter opens a script
@@ -139,6 +140,7 @@ def run_script(argv: list[str]) -> None:
 def run_module(name: str, args: list[str]) -> None:
     sys.path.insert(0, os.getcwd())  # `python -m` puts the working dir first
     sys.argv = ["-m", *args]  # runpy replaces argv[0] with the module's file, as -m does
+    sys.orig_argv = [sys.executable, "-m", name, *args]
     try:
         found = importlib.util.find_spec(name)
     except ImportError:

@@ -39,7 +39,8 @@ SHOW = """
 import json, os, sys
 import tensorflow as tf
 print(json.dumps({
-    "argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0],
+    "argv": sys.argv, "orig_argv": sys.orig_argv, "file": __file__, "name": __name__,
+    "path0": sys.path[0],
     "cwd": os.getcwd(), "mine": os.environ.get("MINE"), "spec": getattr(__spec__, "name", 0),
     "package": __package__, "main": sys.modules["__main__"].__dict__ is globals(),
     "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
