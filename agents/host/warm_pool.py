@@ -273,6 +273,12 @@ async def start_warm_process(env: dict[str, str], python: str = sys.executable) 
         ready = json.loads(line) if line else {}
         if ready.get("type") != "ready":
             raise RuntimeError("it exited before it was ready")
+    except asyncio.CancelledError:
+        # The pool closed while it was importing: it must not outlive the pool (a test run,
+        # which is its parent, would keep it and its 500 MiB for good).
+        process.discard()
+        await asyncio.wait([protocol.exited], timeout=5)
+        raise
     except (TimeoutError, ValueError, OSError, RuntimeError) as exc:
         tail = b"".join(data for _, data in process.early_output)[-2000:]
         process.discard()

@@ -313,3 +313,33 @@ async def test_an_idle_warm_process_that_dies_is_replaced_and_never_handed_out()
         await fresh.protocol.exited
     finally:
         await pool.close()
+
+
+def warm_children() -> list[int]:
+    """This process's children that are warm processes (started by a pool here)."""
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"agents.host.warm" in argv:
+            found.append(int(entry.name))
+    return found
+
+
+@SLOW
+async def test_a_pool_closed_while_a_process_imports_leaves_nothing_running() -> None:
+    pool = WarmPool(size=1, memory_budget=None)
+    pool.start()
+    try:
+        while not warm_children():  # started, and still importing TensorFlow
+            await asyncio.sleep(0.05)
+        assert not pool.idle
+    finally:
+        await pool.close()
+    assert [pid for pid in warm_children() if alive(pid)] == []
