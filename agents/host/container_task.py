@@ -105,7 +105,10 @@ class ContainerTask:
         assert self._termination_file is not None
         os.chown(self._termination_file, uid, gid)
         if checkpoint_dir:
-            Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            root = Path(checkpoint_dir)
+            root.mkdir(parents=True, exist_ok=True)
+            if root.stat().st_uid == uid:
+                return  # given before: what its containers wrote since is nobody's already
             for folder, _, files in os.walk(checkpoint_dir):
                 os.chown(folder, uid, gid)
                 for name in files:

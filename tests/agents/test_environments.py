@@ -3,6 +3,7 @@ container an agent asks its engine for (the plan; the engine itself is tests/e2e
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agents.environment import TaskEnvironment
+from agents.host.container_task import ContainerTask
 from agents.host.containers import (
     AGENT_LABEL,
     ATTEMPT_LABEL,
@@ -194,3 +196,23 @@ def test_a_warm_start_from_another_jobs_checkpoint_is_mounted_read_only(tmp_path
         termination_file=tmp_path / "t.json",
     )
     assert (str(other), str(other), True) in planned.mounts
+
+
+async def test_a_root_agent_gives_the_checkpoint_dir_to_the_container_user_once(
+    tmp_path: Path,
+) -> None:
+    if os.geteuid() != 0:
+        missing_dependency("giving files to nobody needs root, as a root agent has")
+    task = ContainerTask(KEY, lambda _key, _lines: None, engine=None, agent="a")  # type: ignore[arg-type]
+    task._termination_file = tmp_path / "t.json"
+    task._termination_file.write_text("")
+    checkpoints = tmp_path / "ckpt" / "job-7"
+    (checkpoints / "backup").mkdir(parents=True)
+    (checkpoints / "backup" / "old.index").write_text("")  # written by a cold attempt, as root
+    task._share_writable(NOBODY, str(checkpoints))
+    nobody = int(NOBODY.split(":")[0])
+    owners = {p.stat().st_uid for p in [checkpoints, *checkpoints.rglob("*")]}
+    assert owners == {nobody} and task._termination_file.stat().st_uid == nobody
+    (checkpoints / "mine").write_text("")  # the agent's own file: not walked over again
+    task._share_writable(NOBODY, str(checkpoints))
+    assert (checkpoints / "mine").stat().st_uid == 0
