@@ -221,7 +221,8 @@ async def test_findings_stay_fixed(api: Api) -> None:
     assert response.json()["errors"] == [
         {
             "field": "stauts",
-            "message": "unknown query parameter; expected one of: limit, name, offset, q, status, tag",
+            "message": "unknown query parameter;"
+            " expected one of: limit, name, offset, q, status, tag",
         }
     ]
     # 401 and 403 were answered but not declared; 422 bodies were declared in FastAPI's shape.
