@@ -144,32 +144,33 @@ def agent(
     asyncio.run(running.run())
 
 
-def parse_bundle_cache_bytes(text: str) -> int:
-    """The --bundle-cache-bytes value in bytes: a positive size ("4GiB", "500MB", "1048576")."""
+def _positive_size(text: str, flag: str, if_zero: str) -> int:
+    """A size flag's value in bytes ("4GiB", "500MB", "1048576"); 0 is refused with `if_zero`."""
     try:
         size = parse_memory(text)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--bundle-cache-bytes") from None
+        raise typer.BadParameter(str(exc), param_hint=flag) from None
     if size <= 0:
-        raise typer.BadParameter(
-            f"{text!r} is no room at all: the bundle cache needs a size above 0, like 4GiB",
-            param_hint="--bundle-cache-bytes",
-        )
+        raise typer.BadParameter(f"{text!r} {if_zero}", param_hint=flag)
     return size
+
+
+def parse_bundle_cache_bytes(text: str) -> int:
+    """The --bundle-cache-bytes value in bytes: a positive size."""
+    return _positive_size(
+        text,
+        "--bundle-cache-bytes",
+        "is no room at all: the bundle cache needs a size above 0, like 4GiB",
+    )
 
 
 def parse_warm_pool_memory(text: str) -> int:
-    """The --warm-pool-memory value in bytes: a positive size ("4GiB", "500MB")."""
-    try:
-        size = parse_memory(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--warm-pool-memory") from None
-    if size <= 0:
-        raise typer.BadParameter(
-            f"{text!r} holds no warm process: give a size above 0, or --warm-pool 0",
-            param_hint="--warm-pool-memory",
-        )
-    return size
+    """The --warm-pool-memory value in bytes: a positive size."""
+    return _positive_size(
+        text,
+        "--warm-pool-memory",
+        "holds no warm process: give a size above 0, or --warm-pool 0",
+    )
 
 
 def _join_token(token: str | None, token_file: Path | None) -> str:
