@@ -9,8 +9,6 @@ dashboard must be built first (`make ui`; `make test` does it).
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,30 +16,23 @@ from typing import Any
 
 import pytest
 import yaml
-from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from backend.code.archive import pack
+from tests.support.browser import (
+    ARTIFACTS,
+    chromium,
+    require_browser_and_dashboard,
+    screenshots,
+    set_theme,
+    wait_number_above,
+    watched_page,
+)
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
-from tests.support.strict import missing_dependency
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-DIST = REPO / "frontend" / "dist"
-ARTIFACTS = REPO / "test-artifacts" / "screenshots"
-DOCS = REPO / "docs" / "screenshots"
-# A test run leaves the committed screenshots alone unless asked to refresh them.
-UPDATE_DOCS = os.environ.get("STRATA_UPDATE_SCREENSHOTS") == "1"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 # Long enough for every step of the story to happen while it trains (about 1 to 2 minutes
 # here), short enough to keep the test near 3 minutes.
 EPOCHS, STEPS_PER_EPOCH = 20, 300
@@ -73,83 +64,21 @@ def job_spec_yaml() -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if not CHROMIUM.is_file():
-        missing_dependency(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    if not (DIST / "index.html").is_file():
-        missing_dependency(
-            f"the dashboard is not built ({DIST / 'index.html'} is missing): run `make ui` "
-            "(npm ci and npm run build in frontend/)"
-        )
+    require_browser_and_dashboard()
     with local_cluster(tmp_path_factory.mktemp("dashboard") / "data") as running:
         yield running
 
 
 @pytest.fixture(scope="module")
 def browser(cluster: Cluster) -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport=VIEWPORT, color_scheme="light")
-    context.set_default_timeout(20_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    try:
+    with watched_page(browser) as opened:
         yield opened
-    finally:
-        context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
-
-
-def set_theme(page: Page, theme: str) -> None:
-    toggle = page.get_by_test_id("theme-toggle")
-    if toggle.get_attribute("data-theme") != theme:
-        toggle.click()
-    page.wait_for_function("t => document.documentElement.dataset.theme === t", arg=theme)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def screenshot_dirs() -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-
-
-def screenshots(page: Page, name: str) -> None:
-    """<name>-light.png and <name>-dark.png, 1280x800, in test-artifacts (and docs)."""
-    for theme in ("light", "dark"):
-        set_theme(page, theme)
-        page.mouse.move(2, VIEWPORT["height"] - 2)  # no hover effect on the toggle
-        page.wait_for_timeout(400)  # charts are redrawn with the theme's colours
-        target = ARTIFACTS / f"{name}-{theme}.png"
-        page.screenshot(path=str(target))
-        if UPDATE_DOCS:
-            shutil.copyfile(target, DOCS / target.name)
-    set_theme(page, "light")
-
-
-def number(page: Page, selector: str, attribute: str) -> int:
-    value = page.locator(selector).first.get_attribute(attribute)
-    return int(value or 0)
-
-
-def wait_number_above(page: Page, selector: str, attribute: str, floor: int, timeout: float) -> int:
-    page.wait_for_function(
-        """([selector, attribute, floor]) => {
-            const element = document.querySelector(selector);
-            return element !== null && Number(element.getAttribute(attribute)) > floor;
-        }""",
-        arg=[selector, attribute, floor],
-        timeout=timeout * 1000,
-    )
-    return number(page, selector, attribute)
 
 
 def test_login_theme_and_a_bad_spec(cluster: Cluster, page: Page) -> None:

@@ -19,21 +19,18 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
-from tests.e2e.test_dashboard import (
+from tests.e2e.test_jobs import example
+from tests.support.browser import (
     ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    DIST,
     DOCS,
     UPDATE_DOCS,
-    VIEWPORT,
+    chromium,
     screenshots,
+    watched_page,
 )
-from tests.e2e.test_jobs import example
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
-from tests.support.strict import missing_dependency
 
 pytestmark = pytest.mark.e2e
 
@@ -125,32 +122,14 @@ def test_a_compare_view_over_two_jobs(cluster: Cluster, jobs: list[int]) -> None
 
 @pytest.fixture(scope="module")
 def browser(cluster: Cluster) -> Iterator[Browser]:
-    if not CHROMIUM.is_file():
-        missing_dependency(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    if not (DIST / "index.html").is_file():
-        missing_dependency(f"the dashboard is not built ({DIST / 'index.html'}): run `make ui`")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport=VIEWPORT, color_scheme="light")
-    context.set_default_timeout(30_000)
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(str(error)))
-    try:
+    with watched_page(browser, timeout_ms=30_000) as opened:
         yield opened
-    finally:
-        context.close()
-    assert not errors, f"uncaught errors in the page: {errors}"
 
 
 def test_the_dashboard_compares_the_two_jobs(cluster: Cluster, jobs: list[int], page: Page) -> None:
