@@ -21,6 +21,7 @@ class TokenKind(StrEnum):
     agent = "agent"  # host agents joining the cluster
     task = "task"  # a training process, for its own job only
     job_agent = "job_agent"  # an agent inside one job's allocation (Slurm), for that job only
+    user = "user"  # a person: what their roles in their projects allow (backend.teams.access)
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,14 @@ class Principal:
     kind: TokenKind
     job_id: int | None = None  # set for task tokens: the only job they may speak for
     token_id: int | None = None  # set for stored tokens (`strata tokens`): which one
+    user_id: int | None = None  # set for user tokens: whose
+    user_name: str | None = None
 
     @property
     def label(self) -> str:
-        """Who this is, for logs: never the secret."""
+        """Who this is, for logs, events and the audit trail: never the secret."""
+        if self.user_name is not None:
+            return self.user_name
         if self.token_id is not None:
             return f"{self.kind.value} token {self.token_id}"
         if self.job_id is not None:

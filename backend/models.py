@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from backend.audit.models import AuditEntry
 from backend.db import Base
 from backend.hosts.models import Device, Host
 from backend.jobs.models import Checkpoint, Job, JobEvent, Task
 from backend.slurm.models import SlurmJob
 from backend.streams.models import MetricPoint
+from backend.teams.models import Project, ProjectMember, User
 from backend.tokens.models import ApiToken
 
 __all__ = [
     "ApiToken",
+    "AuditEntry",
     "Base",
     "Checkpoint",
     "Device",
@@ -18,6 +21,9 @@ __all__ = [
     "Job",
     "JobEvent",
     "MetricPoint",
+    "Project",
+    "ProjectMember",
     "SlurmJob",
     "Task",
+    "User",
 ]

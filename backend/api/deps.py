@@ -21,6 +21,7 @@ from backend.scheduling.runtime_links import RuntimeLinks
 from backend.streams.broker import Broker
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
+from backend.teams import service as teams_service
 from backend.tokens import service as tokens_service
 
 T = TypeVar("T")
@@ -109,7 +110,15 @@ async def identify(app: Any, token: str) -> Principal | None:
         return principal
     async with app.state.sessions() as session:
         stored = await tokens_service.find_usable(session=session, secret=token)
-    return None if stored is None else Principal(TokenKind(stored.kind), token_id=stored.id)
+        if stored is None:
+            return None
+        if stored.kind != TokenKind.user:
+            return Principal(TokenKind(stored.kind), token_id=stored.id)
+        # A user token acts as its user, and only while that user is not disabled.
+        user = await teams_service.active_user(session=session, user_id=stored.user_id)
+    if user is None:
+        return None
+    return Principal(TokenKind.user, token_id=stored.id, user_id=user.id, user_name=user.name)
 
 
 async def current_principal(

@@ -49,6 +49,10 @@ class Job(Base):
     version: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
     # The id of the job's Slurm job once sbatch gave one (spec.slurm; backend.slurm).
     slurm_job_id: Mapped[str | None] = mapped_column(String(32))
+    # The project the job belongs to: who may see and control it (backend.teams.access).
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
+    # Who submitted it, as Principal.label names them ("alice", "admin token ...").
+    submitted_by: Mapped[str | None] = mapped_column(String(128))
 
     __mapper_args__ = {"version_id_col": version}
 
@@ -116,6 +120,8 @@ class JobEvent(Base):
     to_status: Mapped[str | None] = mapped_column(String(16))
     message: Mapped[str | None] = mapped_column(Text)
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Who caused it through the API (Principal.label); null for what the system did itself.
+    actor: Mapped[str | None] = mapped_column(String(128))
 
     job: Mapped[Job] = relationship(back_populates="events")
 

@@ -18,11 +18,23 @@ from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.teams import service as teams_service
 
 
-async def create_job(*, session: AsyncSession, spec: JobSpec) -> Job:
-    """Store a validated job as pending, with one pending task per replica."""
+async def create_job(
+    *,
+    session: AsyncSession,
+    spec: JobSpec,
+    project_id: int | None = None,
+    submitted_by: str | None = None,
+) -> Job:
+    """Store a validated job as pending, with one pending task per replica, in the given
+    project (`default` when none is given)."""
+    if project_id is None:
+        project_id = (await teams_service.default_project(session=session)).id
     job = Job(
+        project_id=project_id,
+        submitted_by=submitted_by,
         name=spec.name,
         strategy=spec.strategy,
         status=JobStatus.pending,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import String
+from sqlalchemy import ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.db import Base, UTCDateTime, utcnow
@@ -15,7 +15,11 @@ class ApiToken(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64))
-    kind: Mapped[str] = mapped_column(String(16))  # a TokenKind: admin, viewer or agent
+    kind: Mapped[str] = mapped_column(String(16))  # a TokenKind: admin, viewer, agent or user
+    # Set for kind user: whose token it is (they act with their projects' roles).
+    user_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
     # SHA-256 of the whole token, hex. Tokens are 256 random bits: no salt or slow hash is
     # needed against guessing, and a lookup by hash compares no secret byte by byte.
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)

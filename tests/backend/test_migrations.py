@@ -94,3 +94,54 @@ async def test_wall_time_migration_converts_data_both_ways(database_url: str) ->
         assert back_dt.replace(tzinfo=UTC).timestamp() == pytest.approx(when.timestamp(), abs=1e-3)
     finally:
         await engine.dispose()
+
+
+async def test_teams_migration_puts_existing_jobs_in_default_and_keeps_their_tasks(
+    database_url: str,
+) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.exc import IntegrityError
+
+    engine = create_engine(async_database_url(database_url))
+    job = (
+        "INSERT INTO jobs (id, name, strategy, status, spec, priority, restart_count, created_at, "
+        "updated_at{extra}) VALUES ({id}, 'j', 'mirrored', 'pending', '{{}}', 0, 0, "
+        "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP{value})"
+    )
+    try:
+        await upgrade_database(engine, "5e3a8c1f9b20")
+        async with engine.begin() as connection:
+            await connection.execute(text(job.format(extra="", id=1, value="")))
+            await connection.execute(
+                text(
+                    'INSERT INTO tasks (job_id, role, "index", status, gpu_indices, attempt, '
+                    "created_at) VALUES (1, 'chief', 0, 'pending', '[]', 0, CURRENT_TIMESTAMP)"
+                )
+            )
+        await upgrade_database(engine, "7a1c3e5f9b24")
+        async with engine.connect() as connection:
+            rows = (
+                await connection.execute(
+                    text(
+                        "SELECT jobs.id, projects.name, jobs.submitted_by FROM jobs "
+                        "JOIN projects ON projects.id = jobs.project_id"
+                    )
+                )
+            ).all()
+            tasks = (await connection.execute(text("SELECT count(*) FROM tasks"))).scalar()
+        assert [tuple(row) for row in rows] == [(1, "default", None)]
+        assert tasks == 1  # rebuilding `jobs` would have cascaded into its tasks
+
+        # From now on a job needs a project, and one that exists.
+        for extra, value in ((", project_id", ", NULL"), (", project_id", ", 999")):
+            with pytest.raises(IntegrityError):
+                async with engine.begin() as connection:
+                    await connection.execute(text(job.format(extra=extra, id=2, value=value)))
+
+        await downgrade_database(engine, "5e3a8c1f9b20")
+        async with engine.connect() as connection:
+            tasks = (await connection.execute(text("SELECT count(*) FROM tasks"))).scalar()
+            assert tasks == 1
+            assert "projects" not in await connection.run_sync(_tables)
+    finally:
+        await engine.dispose()
