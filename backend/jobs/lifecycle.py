@@ -27,8 +27,11 @@ async def transition_job(
     to: JobStatus,
     reason: str | None = None,
     data: dict[str, Any] | None = None,
+    flush: bool = True,
 ) -> JobEvent:
-    """Move a job to a new status, or raise IllegalTransition (409) and change nothing."""
+    """Move a job to a new status, or raise IllegalTransition (409) and change nothing.
+    flush=False leaves the writes to the caller's next flush (or its commit): a pass that
+    changes many jobs writes them in a few statements instead of a flush per event."""
     if not can_transition(job.status, to):
         raise IllegalTransition(job, to)
     now = utcnow()
@@ -49,7 +52,8 @@ async def transition_job(
     if to.is_terminal:
         job.finished_at = now
     session.add(event)
-    await session.flush()
+    if flush:
+        await session.flush()
     return event
 
 
@@ -61,11 +65,14 @@ async def record_event(
     message: str,
     task: str | None = None,
     data: dict[str, Any] | None = None,
+    flush: bool = True,
 ) -> JobEvent:
-    """Record something that happened to a job without changing its status."""
+    """Record something that happened to a job without changing its status (flush: as in
+    transition_job)."""
     event = JobEvent(
         job_id=job.id, at=utcnow(), kind=kind, task=task, message=message, data=data or {}
     )
     session.add(event)
-    await session.flush()
+    if flush:
+        await session.flush()
     return event
