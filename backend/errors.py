@@ -34,6 +34,12 @@ class NotFound(DomainError):
     status_code = 404
 
 
+class Forbidden(DomainError):
+    """The caller may see the resource but not do this to it (their role is too low)."""
+
+    status_code = 403
+
+
 class Conflict(DomainError):
     """The request is well formed but not allowed in the resource's current state."""
 

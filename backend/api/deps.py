@@ -4,17 +4,22 @@ services the lifespan puts on app.state, each behind a typed getter."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, HTTPException, Request, WebSocket, status
+from fastapi import Depends, HTTPException, Path, Request, WebSocket, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.requests import HTTPConnection
 
+from agents.protocol import MAX_INT32
 from backend.auth import Principal, TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import session_scope
+from backend.errors import Forbidden, NotFound
 from backend.hosts.usage import UsageBoard
+from backend.jobs.models import Job
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -22,9 +27,15 @@ from backend.streams.broker import Broker
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
 from backend.teams import service as teams_service
+from backend.teams.access import Access, ProjectRole, load_access
+from backend.teams.models import Project
 from backend.tokens import service as tokens_service
 
 T = TypeVar("T")
+
+# Job ids are 32-bit in the database (and in the agent protocol): a larger one is a 422,
+# not an overflow inside the PostgreSQL driver.
+JobId = Annotated[int, Path(ge=1, le=MAX_INT32, description="The job's id.")]
 
 
 def app_state(connection: HTTPConnection, name: str, kind: type[T]) -> T:
@@ -143,25 +154,101 @@ async def current_principal(
 
 def require(*kinds: TokenKind) -> Callable[..., Coroutine[Any, Any, Principal]]:
     """A dependency that admits only the given kinds of token (403 for the others)."""
-    allowed = ", ".join(kind.value for kind in kinds)
 
     async def dependency(
         principal: Annotated[Principal, Depends(current_principal)],
     ) -> Principal:
-        if principal.kind not in kinds:
-            raise HTTPException(
-                status.HTTP_403_FORBIDDEN,
-                f"this endpoint needs a token of kind {allowed}; "
-                f"a token of kind {principal.kind.value} was given",
-            )
+        _check_kind(principal, kinds)
         return principal
 
     return dependency
 
 
+def _check_kind(principal: Principal, kinds: tuple[TokenKind, ...]) -> None:
+    if principal.kind not in kinds:
+        allowed = ", ".join(kind.value for kind in kinds)
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"this endpoint needs a token of kind {allowed}; "
+            f"a token of kind {principal.kind.value} was given",
+        )
+
+
+# Admin tokens only (the server's or stored ones): what concerns the whole server.
 AdminPrincipal = Annotated[Principal, Depends(require(TokenKind.admin))]
-# What only reads: an admin or a viewer token.
+# What only reads across every project: an admin or a viewer token.
 ReaderPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.viewer))]
+# Anyone signed in: admin, viewer and user tokens (what is readable by every user: hosts, the
+# cluster's topology, who am I). Routes about a job use JobReader and JobMember instead.
+SignedInPrincipal = Annotated[
+    Principal, Depends(require(TokenKind.admin, TokenKind.viewer, TokenKind.user))
+]
+# What may submit and change jobs: an admin token, or a user (a member of the job's project).
+ActorPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.user))]
+
+
+async def caller_access(connection: HTTPConnection, principal: SignedInPrincipal) -> Access:
+    """The caller's role in each project (its own short session: the request's session must
+    not start a snapshot before the route's change commits)."""
+    async with get_sessions(connection)() as session:
+        return await load_access(session=session, principal=principal)
+
+
+CallerAccess = Annotated[Access, Depends(caller_access)]
+
+
+@dataclass(frozen=True)
+class JobScope:
+    """A job the caller may act on, and their role in its project."""
+
+    job_id: int
+    project_id: int
+    role: ProjectRole
+    principal: Principal
+
+
+def _job_scope(needed: ProjectRole) -> Callable[..., Coroutine[Any, Any, JobScope]]:
+    kinds = (
+        (TokenKind.admin, TokenKind.viewer, TokenKind.user)
+        if needed is ProjectRole.viewer
+        else (TokenKind.admin, TokenKind.user)
+    )
+
+    async def dependency(
+        job_id: JobId, connection: HTTPConnection, principal: SignedInPrincipal
+    ) -> JobScope:
+        _check_kind(principal, kinds)
+        async with get_sessions(connection)() as session:
+            return await job_scope(
+                session=session, principal=principal, job_id=job_id, needed=needed
+            )
+
+    return dependency
+
+
+async def job_scope(
+    *, session: AsyncSession, principal: Principal, job_id: int, needed: ProjectRole
+) -> JobScope:
+    """The caller's scope on a job: a job of a project they are not in is as missing as a job
+    that does not exist (a 404 either way, so that neither says it exists)."""
+    project_id = await session.scalar(select(Job.project_id).where(Job.id == job_id))
+    access = await load_access(session=session, principal=principal)
+    role = None if project_id is None else access.role_in(project_id)
+    if project_id is None or role is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if role < needed:
+        project = await session.get(Project, project_id)
+        raise Forbidden(
+            f"{principal.label} is a {role} of project {project.name if project else project_id}; "
+            f"this needs a {needed} or an admin of it"
+        )
+    return JobScope(job_id=job_id, project_id=project_id, role=role, principal=principal)
+
+
+# Reading a job and anything under it: a viewer of its project or more.
+JobReader = Annotated[JobScope, Depends(_job_scope(ProjectRole.viewer))]
+# Changing it (cancel, restart, checkpoint, evaluator): a member of its project or more.
+JobMember = Annotated[JobScope, Depends(_job_scope(ProjectRole.member))]
 
 
 async def websocket_principal(websocket: WebSocket) -> Principal | None:

@@ -49,6 +49,10 @@ class JobRead(BaseModel):
     slurm_job_id: str | None = Field(
         default=None, description="The id of the Slurm job it runs as (spec.slurm), once submitted."
     )
+    project_id: int = Field(description="The project it belongs to (spec.project names it).")
+    submitted_by: str | None = Field(
+        default=None, description="Who submitted it (a user's name, or which token)."
+    )
     created_at: datetime
     updated_at: datetime
     started_at: datetime | None
@@ -73,3 +77,8 @@ class JobEventRead(BaseModel):
     to_status: str | None
     message: str | None
     data: dict[str, Any]
+    actor: str | None = Field(
+        default=None,
+        description='Who caused it through the API ("alice", "admin token 3"); null for what '
+        "the system did itself.",
+    )

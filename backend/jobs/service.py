@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -77,12 +77,16 @@ async def list_jobs(
     name: str | None = None,
     tags: Sequence[str] = (),
     text: str | None = None,
+    project_ids: Collection[int] | None = None,
     limit: int,
     offset: int,
 ) -> tuple[list[Job], int]:
     """A page of jobs, newest first, and the total that match the filters: every tag in
-    `tags`, and `text` in the name or the description (any case)."""
+    `tags`, `text` in the name or the description (any case), and one of `project_ids`
+    (None: any project)."""
     filters: list[ColumnElement[bool]] = []
+    if project_ids is not None:
+        filters.append(Job.project_id.in_(project_ids))
     if statuses:
         filters.append(Job.status.in_(statuses))
     if name:
@@ -115,11 +119,21 @@ async def job_exists(*, session: AsyncSession, job_id: int) -> bool:
     return await session.get(Job, job_id) is not None
 
 
-async def latest_events(*, session: AsyncSession, after_id: int, limit: int) -> list[JobEvent]:
-    """The newest `limit` events of all jobs after `after_id`, oldest first."""
-    newest = await session.scalars(
-        select(JobEvent).where(JobEvent.id > after_id).order_by(JobEvent.id.desc()).limit(limit)
-    )
+async def latest_events(
+    *,
+    session: AsyncSession,
+    after_id: int,
+    limit: int,
+    project_ids: Collection[int] | None = None,
+) -> list[JobEvent]:
+    """The newest `limit` events of all jobs (of these projects; None: any) after
+    `after_id`, oldest first."""
+    statement = select(JobEvent).where(JobEvent.id > after_id)
+    if project_ids is not None:
+        statement = statement.join(Job, Job.id == JobEvent.job_id).where(
+            Job.project_id.in_(project_ids)
+        )
+    newest = await session.scalars(statement.order_by(JobEvent.id.desc()).limit(limit))
     return list(reversed(list(newest)))
 
 
@@ -159,6 +173,8 @@ def job_read(job: Job) -> JobRead:
         tasks=[task_read(task) for task in job.tasks],
         actions=job_actions(job.status, spec, job.tasks),
         slurm_job_id=job.slurm_job_id,
+        project_id=job.project_id,
+        submitted_by=job.submitted_by,
         created_at=job.created_at,
         updated_at=job.updated_at,
         started_at=job.started_at,

@@ -31,6 +31,7 @@ from agents.runtime_environment import RuntimeEnvironment
 from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
 from backend.slurm.options import SlurmOptions
+from backend.teams.roles import TEAM_NAME_PATTERN
 
 ROLES: tuple[Role, ...] = tuple(Role)  # every role, in display order
 
@@ -260,6 +261,13 @@ class JobSpec(_Strict):
     )
     strategy_options: StrategyOptions = StrategyOptions()
     priority: Annotated[int, Field(ge=-100, le=100, description="Higher is placed first.")] = 0
+    project: str | None = Field(
+        default=None,
+        pattern=TEAM_NAME_PATTERN,
+        description="The project it belongs to (you must be a member of it); null: your "
+        "default project, or `default` for an admin token. Set to the project's name on "
+        "submission.",
+    )
     slurm: SlurmOptions | None = Field(
         default=None,
         description="Run as one Slurm job (the server's STRATA_SLURM_* settings); null: on "

@@ -55,7 +55,7 @@ async def load_access(*, session: AsyncSession, principal: Principal) -> Access:
             ProjectMember.user_id == principal.user_id
         )
     )
-    return Access(principal, roles={project_id: role for project_id, role in rows.tuples()})
+    return Access(principal, roles={project_id: role for project_id, role in rows})
 
 
 async def project_roles(*, session: AsyncSession, principal: Principal) -> dict[int, ProjectRole]:
