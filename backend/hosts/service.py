@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -202,11 +204,40 @@ def device_read(device: Device) -> DeviceRead:
     )
 
 
-async def cluster_view(*, session: AsyncSession) -> ClusterRead:
-    """Every host with its devices and the live tasks that hold them."""
-    hosts = await list_hosts(session=session)
-    # Plain rows: the jobs' specs and the tasks' TF_CONFIGs are not shown here, and loading
-    # them as objects for ten thousand tasks took seconds.
+@dataclass(frozen=True)
+class ClusterRows:
+    """What the cluster view is built from, read as plain rows: loading a thousand hosts and
+    their eight thousand devices as objects was most of a request."""
+
+    hosts: list[Any]
+    devices: dict[int, list[Any]]
+    live: list[Any]
+    read_at: datetime
+
+
+async def cluster_rows(*, session: AsyncSession) -> ClusterRows:
+    read_at = utcnow()
+    hosts = list(
+        await session.execute(
+            select(
+                Host.id, Host.name, Host.address, Host.status, Host.engine, Host.last_heartbeat_at
+            ).order_by(Host.name)
+        )
+    )
+    devices: dict[int, list[Any]] = defaultdict(list)
+    for device in await session.execute(
+        select(
+            Device.host_id,
+            Device.index,
+            Device.kind,
+            Device.name,
+            Device.uuid,
+            Device.memory_mb,
+            Device.simulated,
+        ).order_by(Device.host_id, Device.index)
+    ):
+        devices[device.host_id].append(device)
+    # The jobs' specs and the tasks' TF_CONFIGs are not shown here.
     live = await session.execute(
         select(
             Task.host_id,
@@ -225,9 +256,15 @@ async def cluster_view(*, session: AsyncSession) -> ClusterRead:
         )
         .order_by(Task.job_id, Task.role, Task.index)
     )
+    return ClusterRows(hosts=hosts, devices=devices, live=list(live), read_at=read_at)
+
+
+def cluster_read(rows: ClusterRows) -> ClusterRead:
+    """Every host with its devices and the live tasks that hold them (no I/O: it may run in a
+    worker thread)."""
     tasks_by_host: dict[int, list[TaskRef]] = defaultdict(list)
     holder: dict[tuple[int, int], TaskRef] = {}
-    for host_id, job_id, job_name, role, index, status, port, held in live:
+    for host_id, job_id, job_name, role, index, status, port, held in rows.live:
         assert host_id is not None
         ref = TaskRef(
             job_id=job_id,
@@ -245,15 +282,23 @@ async def cluster_view(*, session: AsyncSession) -> ClusterRead:
             name=host.name,
             address=host.address,
             status=host.status,
-            heartbeat_age_seconds=_age(host),
-            engine=engine_read(host),
+            heartbeat_age_seconds=max(0.0, (rows.read_at - host.last_heartbeat_at).total_seconds()),
+            engine=None if host.engine is None else EngineInfo.model_validate(host.engine),
             devices=[
-                DeviceUsage(**device_read(d).model_dump(), task=holder.get((host.id, d.index)))
-                for d in host.devices
+                DeviceUsage(
+                    index=d.index,
+                    kind=d.kind,
+                    name=d.name,
+                    uuid=d.uuid,
+                    memory_mb=d.memory_mb,
+                    simulated=d.simulated,
+                    task=holder.get((host.id, d.index)),
+                )
+                for d in rows.devices.get(host.id, [])
             ],
             tasks=tasks_by_host.get(host.id, []),
         )
-        for host in hosts
+        for host in rows.hosts
     ]
     gpus = sum(len(h.devices) for h in usages)
     return ClusterRead(
@@ -276,3 +321,8 @@ async def cluster_view(*, session: AsyncSession) -> ClusterRead:
 
 def _age(host: Host) -> float:
     return max(0.0, (utcnow() - host.last_heartbeat_at).total_seconds())
+
+
+async def cluster_view(*, session: AsyncSession) -> ClusterRead:
+    """Every host with its devices and the live tasks that hold them, read now."""
+    return cluster_read(await cluster_rows(session=session))
