@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request, Response
 
-from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep, UsageDep
+from backend.api.deps import (
+    AdminPrincipal,
+    CallerAccess,
+    ControllerDep,
+    SessionDep,
+    SignedInPrincipal,
+    UsageDep,
+    get_sessions,
+)
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts import service
 from backend.hosts.schemas import ClusterRead, HostRead
+from backend.hosts.snapshot import ClusterSnapshot
+from backend.teams.visibility import hide_other_projects
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
 
@@ -19,7 +30,7 @@ HostName = Annotated[
 
 
 @router.get("/hosts", response_model=list[HostRead])
-async def list_hosts(session: SessionDep, usage: UsageDep, _: ReaderPrincipal) -> list[HostRead]:
+async def list_hosts(session: SessionDep, usage: UsageDep, _: SignedInPrincipal) -> list[HostRead]:
     """Every host that has joined, with its devices (and their last usage) and heartbeat age."""
     hosts = [service.host_read(host) for host in await service.list_hosts(session=session)]
     return usage.annotate_hosts(hosts)
@@ -36,6 +47,30 @@ async def forget_host(
 
 
 @router.get("/cluster", response_model=ClusterRead)
-async def read_cluster(session: SessionDep, usage: UsageDep, _: ReaderPrincipal) -> ClusterRead:
+async def read_cluster(request: Request, usage: UsageDep, access: CallerAccess) -> Response:
     """Hosts, devices, and which task holds what, with their last usage samples."""
-    return usage.annotate_cluster(await service.cluster_view(session=session))
+    # On a large cluster the view may be a few seconds old (backend.hosts.snapshot).
+    sessions = get_sessions(request)
+
+    async def build() -> bytes:
+        async with sessions() as session:
+            rows = await service.cluster_rows(session=session)
+        # Building and encoding ten thousand entries in a worker thread: requests go on
+        # being served beside it.
+        return await asyncio.to_thread(
+            lambda: usage.annotate_cluster(service.cluster_read(rows)).model_dump_json().encode()
+        )
+
+    snapshot = getattr(request.app.state, "cluster_snapshot", None)
+    if not isinstance(snapshot, ClusterSnapshot):
+        snapshot = request.app.state.cluster_snapshot = ClusterSnapshot()
+    body = await snapshot.body(build)
+    if access.project_ids is not None:  # a user: other projects' jobs are not shown
+        async with sessions() as session:
+            mine = await hide_other_projects(
+                ClusterRead.model_validate_json(body),
+                session=session,
+                project_ids=access.project_ids,
+            )
+        body = mine.model_dump_json().encode()
+    return Response(body, media_type="application/json")
