@@ -170,6 +170,16 @@ def test_a_task_env_is_the_agents_less_credentials_plus_the_start_message_and_th
     assert task_env({}, {}, "http://s.test", None)["PYTHONUNBUFFERED"] == "1"
 
 
+def test_a_task_reconnects_to_a_restarted_peer_quickly_unless_its_job_says_otherwise() -> None:
+    env = task_env({}, {}, "http://s.test", None)
+    options = dict(o.split("=") for o in env["TF_GRPC_DEFAULT_OPTIONS"].split(","))
+    # TensorFlow's own cap is 1 s between attempts: a restarted worker waited up to that long.
+    assert int(options["grpc.max_reconnect_backoff_ms"]) <= 250
+    assert "grpc.min_reconnect_backoff_ms" not in options  # the connect timeout stays
+    own = task_env({}, {"TF_GRPC_DEFAULT_OPTIONS": "grpc.keepalive_time_ms=1"}, "http://x", None)
+    assert own["TF_GRPC_DEFAULT_OPTIONS"] == "grpc.keepalive_time_ms=1"
+
+
 async def test_an_unusable_task_environment_starts_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     process = TaskProcess(KEY, lambda _key, _lines: None)
