@@ -10,9 +10,9 @@ runs until training is seen going again, read from the job's own stream (metric 
 the wall time at which the runtime observed them, on this same machine):
 
 * worker: SIGKILL worker:1. The coordinator carries on with worker:0, and Strata restarts
-  worker:1 alone; resumed = the first rise of `worker:1/closures_done` over its count a full
-  poll period (1.5 s) after the kill (the chief polls coordinator health about once a
-  second, so ±1 s; the wait keeps closures finished just before the kill from counting).
+  worker:1 alone; resumed = the wall time of `worker:1/resumed` after the kill: the chief's
+  runtime stamps it with the moment the first closure that worker:1 finished after its return
+  ended (not with its once-a-second poll), for cold and warm starts alike.
 * ps: SIGKILL ps:0. Strata restarts ps:0 and the chief, which restores its last backup;
   resumed = the first `batch/*` point of the new chief attempt.
 * chief: SIGKILL chief:0; resumed as for ps.
@@ -180,21 +180,13 @@ def first_batch_point(
 
 
 def worker_back(killed_at: float) -> Finder:
-    """The first rise of worker:1's closure count after the kill, measured from a poll that
-    came a full health-poll period after it: closures finished just before the kill are
-    reported by the next poll, and must not count as the worker being back."""
+    """When worker:1 finished its first closure after coming back (see the docstring)."""
 
     def find(frames: list[dict[str, Any]]) -> float | None:
-        done = [
-            p
-            for _, p in points(frames, "chief:0")
-            if p["name"] == "worker:1/closures_done" and p["wall_time"] > killed_at + 1.5
-        ]
-        if not done:
-            return None
-        base = done[0]["value"]
-        later = [p for p in done[1:] if p["value"] > base]
-        return float(later[0]["wall_time"]) if later else None
+        for _, point in points(frames, "chief:0"):
+            if point["name"] == "worker:1/resumed" and point["wall_time"] > killed_at:
+                return float(point["wall_time"])
+        return None
 
     return find
 
@@ -383,6 +375,19 @@ def restart_phases(
     return phases
 
 
+# TensorFlow's own log line when a task's gRPC server is up; its prefix carries the wall time
+# (absl's format: I<MMDD> <HH:MM:SS.us, or seconds since the epoch here> <thread> <file>]).
+SERVER_STARTED = re.compile(r"^I\d{4} \d\d:\d\d:(\d+\.\d+) +\d+ grpc_server_lib\.cc:\d+\] Started")
+
+
+def listening_after(cluster: Cluster, job_id: int, task: str, killed_at: float) -> float | None:
+    """Seconds from the kill until the new attempt's server listened (its own log says)."""
+    for line in cluster.logs(job_id, task):
+        if (found := SERVER_STARTED.match(line)) and float(found[1]) > killed_at:
+            return round(float(found[1]) - killed_at, 2)
+    return None
+
+
 def run_once(cluster: SplitCluster, scenario: str, run: int, mode: str = "cold") -> dict[str, Any]:
     if scenario == "server":
         with training_job(cluster, f"recovery-server-{run}", batch_points=5) as (job_id, watch):
@@ -419,6 +424,10 @@ def run_once(cluster: SplitCluster, scenario: str, run: int, mode: str = "cold")
         seconds = kill_and_time(cluster, scenario, job_id, watch, victim)
         after = cluster.job(job_id)
         phases = restart_phases(cluster, job_id, KILLED_TASK.get(scenario, "chief:0"), killed_at)
+        if scenario in ("worker", "ps"):
+            listening = listening_after(cluster, job_id, KILLED_TASK[scenario], killed_at)
+            if listening is not None:
+                phases["listening_s"] = listening
     print(
         f"  {scenario} {mode} run {run}: training resumed {seconds:.2f}s after the kill ({phases})",
         flush=True,
@@ -440,7 +449,7 @@ def summarise(found: list[dict[str, Any]]) -> dict[str, Any]:
         # Scenarios left out of a later `--only` run keep this: the report says which is older.
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
     }
-    for phase in ("exit_recorded_s", "restarted_s"):
+    for phase in ("exit_recorded_s", "restarted_s", "listening_s"):
         if found and all(phase in r for r in found):
             summary[phase] = spread([r[phase] for r in found])
     if found and all("started_warm" in r for r in found):

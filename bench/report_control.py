@@ -125,8 +125,9 @@ def recovery_section(recovery: dict[str, Any]) -> list[str]:
         f"The floor for any restarted process is TensorFlow's import: {_spread(floor)} for a",
         "fresh `python -c 'import tensorflow'` here. A restarted worker also waits for the",
         "coordinator, which re-adds a worker only once it answers again and then rebuilds its",
-        "datasets there; the `worker:<i>/closures_done` metric that shows it is polled about",
-        "once a second. ps, chief and host recoveries also restore the backup, and a lost host",
+        "datasets there; its return is read from `worker:<i>/resumed`, which the chief's",
+        "runtime stamps with the end of the worker's first closure after it came back. ps,",
+        "chief and host recoveries also restore the backup, and a lost host",
         "is noticed only after the heartbeat timeout (4 s in this cluster).",
     ]
     idle = recovery.get("warm_pool_idle")
@@ -176,12 +177,21 @@ def _phase_lines(recovery: dict[str, Any]) -> list[str]:
         warm = recovery.get("warm_scenarios", {}).get(name)
         if warm and "restarted_s" in warm:
             total, restarted = warm["seconds"]["median"], warm["restarted_s"]["median"]
+            listening = warm.get("listening_s", {}).get("median")
+            served = (
+                f"its server listened after {listening:.2f} s; the remaining "
+                f"{total - listening:.2f} s are the cluster taking it back (the coordinator's "
+                "channel reconnecting, its remote context rebuilt) and, for a worker, its "
+                "dataset rebuilt and its first closure run, for a ps the chief's restart and "
+                "backup restored, until it is seen training."
+                if listening is not None
+                else f"the remaining {total - restarted:.2f} s are the task's own start with "
+                "TensorFlow already imported (the server listening, the cluster taking it back, "
+                "and for ps and chief the backup restored) until it is seen training."
+            )
             lines.append(
                 f"- **{name}, warm** ({total:.2f} s): the new attempt was reported started "
-                f"after {restarted:.2f} s, in a warm process; the remaining "
-                f"{total - restarted:.2f} s are the task's own start with TensorFlow already "
-                "imported (the server listening, the cluster taking it back, and for ps and "
-                "chief the backup restored) until it is seen training."
+                f"after {restarted:.2f} s, in a warm process; {served}"
             )
         total, restarted = summary["seconds"]["median"], summary["restarted_s"]["median"]
         exit_seen = summary.get("exit_recorded_s", {}).get("median")
@@ -342,8 +352,8 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
                 f" Strata had the new attempt's process started {restarted:.2f} s after the "
                 f"kill; the other {total - restarted:.2f} s are the new process importing "
                 f"TensorFlow ({floor:.2f} s alone) and the coordinator taking the worker back "
-                "(it notices a returning worker on its own schedule, then rebuilds the "
-                "worker's dataset), read from a metric the chief polls about once a second."
+                "(its channel reconnects, then it rebuilds the worker's remote context and "
+                "dataset) until the worker's first closure since ends."
                 if restarted is not None
                 else ""
             )
@@ -355,13 +365,19 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
     if warm and warm["seconds"]["median"] > WARM_WORKER_TARGET:
         total = warm["seconds"]["median"]
         restarted = warm.get("restarted_s", {}).get("median")
+        listening = warm.get("listening_s", {}).get("median")
+        served = (
+            f" its server listened {listening:.2f} s after the kill (TensorFlow already"
+            f" imported); the other {total - listening:.2f} s are the coordinator taking it back"
+            " (its channel reconnecting within 0.25 s, its remote context and the worker's"
+            " dataset rebuilt) and the worker's first closure since, which ends the count"
+            if listening is not None
+            else " the rest is the runtime's server starting, the coordinator taking the worker"
+            " back and rebuilding its dataset, and its first closure since"
+        )
         part = (
             f" The new attempt was reported started {restarted:.2f} s after the kill, in a warm"
-            f" process; the other {total - restarted:.2f} s are the runtime's server starting"
-            " (TensorFlow already imported), the coordinator noticing the worker is back and"
-            " rebuilding its remote context and dataset on its own schedule, and the bench"
-            " reading it from a metric the chief polls about once a second (counted from a poll"
-            " at least 1.5 s after the kill)."
+            f" process;{served}."
             if restarted is not None
             else ""
         )

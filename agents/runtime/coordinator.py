@@ -24,6 +24,11 @@ Wrapped once per coordinator, as instance attributes that call the original meth
   ``._on_worker_recovery``, which run only when a worker fails or comes back: exact failure
   and recovery counts. Where they cannot be installed, polling ``_is_dead_with_error``
   counts the transitions it sees instead.
+
+Once per return of a failed worker, the first closure it finishes afterwards is reported as
+`worker:<i>/resumed` (the returns so far), stamped with the wall time at which that closure
+finished rather than the poll's: the moment the worker is training again, to the
+millisecond, where the once-a-second counts would only bound it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,10 @@ class Counters:
         self.failures: dict[int, int] = {}
         self.recoveries: dict[int, int] = {}
         self.down: set[int] = set()
+        # Workers back from a failure that have not finished a closure since, and the wall
+        # time at which those that have did (taken by the poller).
+        self.returning: set[int] = set()
+        self.resumed: dict[int, float] = {}
         self.wrapped_workers: set[int] = set()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -73,6 +82,11 @@ class Counters:
             key = local.key = (int(match.group(1)) if match else None, threading.get_ident())
         done = self.done
         done[key] = done.get(key, 0) + 1
+        if self.returning and key[0] in self.returning:  # rare: just after a worker's return
+            with self._lock:
+                if key[0] in self.returning:
+                    self.returning.discard(key[0])
+                    self.resumed[key[0]] = time.time()
 
     def done_by_worker(self) -> tuple[int, dict[int, int]]:
         """(all closures finished, those finished per worker index)."""
@@ -95,6 +109,14 @@ class Counters:
             if worker in self.down:
                 self.down.discard(worker)
                 self.recoveries[worker] = self.recoveries.get(worker, 0) + 1
+                self.returning.add(worker)
+
+    def take_resumed(self) -> list[tuple[int, float]]:
+        """(worker, wall time of its first closure after a return) not taken before."""
+        with self._lock:
+            taken = sorted(self.resumed.items())
+            self.resumed.clear()
+        return taken
 
 
 def instrument(coordinator: Any) -> Counters:
@@ -209,6 +231,9 @@ class CoordinatorHealth:
                     continue
                 self._last[name] = (value, now)
                 self._sink.put(name, value, step, wall)
+            for index, at in self.counters.take_resumed():
+                returns = float(self.counters.recoveries.get(index, 0))
+                self._sink.put(f"worker:{index}/resumed", returns, step, at)
         except Exception as exc:
             self._once("poll", exc)
 

@@ -528,6 +528,21 @@ def test_coordinator_health(recorder: Recorder) -> None:
     assert latest["worker:1/up"] == 1
     assert latest["coordinator/worker_recoveries"] == 1
     assert latest["worker:1/failures"] == 1
+    assert "worker:1/resumed" not in latest  # back, but no closure finished there yet
+
+    # Its first closure since then is reported once, stamped when it finished, not polled.
+    cluster.workers[0].process(1)
+    before_closure = time.time()
+    worker.process(2)
+    after_closure = time.time()
+    time.sleep(0.05)
+    health.poll()
+    resumed = [(value, at) for name, value, _, at in recorder.points if name == "worker:1/resumed"]
+    assert len(resumed) == 1 and resumed[0][0] == 1
+    assert before_closure <= resumed[0][1] <= after_closure
+    assert not any(name == "worker:0/resumed" for name, *_ in recorder.points)
+    health.poll()
+    assert len([name for name, *_ in recorder.points if name == "worker:1/resumed"]) == 1
 
     # Unchanged values are not reported again (until the heartbeat).
     before = len(recorder.points)
