@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from backend.api import (
     agent_channel,
+    audit,
     checkpoints,
     code,
     evaluator,
@@ -175,6 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         streams.router,
         tensorboard.router,
         tokens.router,
+        audit.router,
     ):
         app.include_router(router)
     streams.document_frames(app)  # websocket frames are no route: put them in the schema

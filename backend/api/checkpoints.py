@@ -8,8 +8,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
+from backend.api.audit import ClientSource
 from backend.api.deps import AdminPrincipal, ReaderPrincipal, RuntimeLinksDep, SessionDep
 from backend.api.jobs import JobId
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
 from backend.checkpoints import service
 from backend.checkpoints.schemas import CheckpointNow, CheckpointRead, checkpoint_read
 from backend.db import utcnow
@@ -61,7 +64,8 @@ async def checkpoint_now(
     job_id: JobId,
     session: SessionDep,
     links: RuntimeLinksDep,
-    _: AdminPrincipal,
+    principal: AdminPrincipal,
+    source: ClientSource,
     wait_seconds: Annotated[
         float, Query(gt=0, le=300, description="How long to wait for the checkpoint.")
     ] = 30.0,
@@ -76,9 +80,17 @@ async def checkpoint_now(
             f"the runtime of {task} is not connected: the training script must pass "
             "runtime.callbacks() to fit (or it is still starting)"
         )
-    # The request must not hold a database connection (SQLite allows one writer) while it
-    # waits on the training process.
-    await session.rollback()
+    # Recorded once the request can be sent; committed now because the request must not hold
+    # a database connection (SQLite allows one writer) while it waits on the training process.
+    await audit.record_job_change(
+        session=session,
+        principal=principal,
+        source=source,
+        action=AuditAction.job_checkpoint,
+        job_id=job_id,
+        target=task,
+    )
+    await session.commit()
     requested_at, started = utcnow(), time.monotonic()
     command_id, answer = await links.send_command(link, "checkpoint")
     try:

@@ -8,8 +8,11 @@ from typing import Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
+from backend.api.audit import ClientSource
 from backend.api.deps import AdminPrincipal, ControllerDep, SessionDep
 from backend.api.jobs import JobId
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
@@ -35,15 +38,19 @@ async def evaluator(
     body: EvaluatorRequest,
     session: SessionDep,
     controller: ControllerDep,
-    _: AdminPrincipal,
+    principal: AdminPrincipal,
+    source: ClientSource,
 ) -> JobRead:
     """Start the job's sidecar evaluator on a host with room, or stop it. It evaluates each
     new checkpoint and reports `eval/<metric>` at the checkpoint's step."""
     await controller.apply(
-        functools.partial(
-            request_evaluator,
+        audit.audited(
+            functools.partial(request_evaluator, job_id=job_id, action=body.action),
+            principal=principal,
+            source=source,
+            action=AuditAction.job_evaluator,
             job_id=job_id,
-            action=body.action,
+            detail={"action": body.action},
         )
     )
     return service.job_read(await service.get_job(session=session, job_id=job_id))

@@ -8,8 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from agents.protocol import MAX_INT32
+from backend.api.audit import ClientSource
 from backend.api.code import get_code_store
 from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep, UsageDep
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
 from backend.errors import (
     ROUTER_ERRORS,
     FieldIssue,
@@ -62,7 +65,8 @@ async def submit_job(
     request: Request,
     session: SessionDep,
     controller: ControllerDep,
-    _: AdminPrincipal,
+    principal: AdminPrincipal,
+    source: ClientSource,
 ) -> JobRead:
     """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
     body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
@@ -80,7 +84,17 @@ async def submit_job(
     )
 
     async def create(tx: Transaction) -> int:
-        return (await service.create_job(session=tx.session, spec=spec)).id
+        # Recorded first, so that the job's first event names who submitted it too.
+        entry = await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.job_submit,
+            detail={"name": spec.name},
+        )
+        job = await service.create_job(session=tx.session, spec=spec, submitted_by=principal.label)
+        entry.job_id, entry.project_id = job.id, job.project_id
+        return job.id
 
     # Under the controller's lock, like every change to jobs (see Controller.apply).
     job_id = await controller.apply(create, frees_or_takes_capacity=False)
@@ -148,19 +162,43 @@ async def read_job(
 
 @router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
 async def cancel_job(
-    job_id: JobId, session: SessionDep, controller: ControllerDep, _: AdminPrincipal
+    job_id: JobId,
+    session: SessionDep,
+    controller: ControllerDep,
+    principal: AdminPrincipal,
+    source: ClientSource,
 ) -> JobRead:
     """Cancel a job that has not finished; its tasks are stopped."""
-    await controller.apply(functools.partial(task_events.request_cancel, job_id=job_id))
+    await controller.apply(
+        audit.audited(
+            functools.partial(task_events.request_cancel, job_id=job_id),
+            principal=principal,
+            source=source,
+            action=AuditAction.job_cancel,
+            job_id=job_id,
+        )
+    )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
 @router.post("/{job_id}/restart", response_model=JobRead, responses=error_responses(404, 409))
 async def restart_job(
-    job_id: JobId, session: SessionDep, controller: ControllerDep, _: AdminPrincipal
+    job_id: JobId,
+    session: SessionDep,
+    controller: ControllerDep,
+    principal: AdminPrincipal,
+    source: ClientSource,
 ) -> JobRead:
     """Restart the whole job: every task stops and the job is placed again."""
-    await controller.apply(functools.partial(restarts.request_job_restart, job_id=job_id))
+    await controller.apply(
+        audit.audited(
+            functools.partial(restarts.request_job_restart, job_id=job_id),
+            principal=principal,
+            source=source,
+            action=AuditAction.job_restart,
+            job_id=job_id,
+        )
+    )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 

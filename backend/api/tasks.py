@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel
 
 from agents.vocabulary import TaskNameText
+from backend.api.audit import ClientSource
 from backend.api.deps import (
     AdminPrincipal,
     ControllerDep,
@@ -17,6 +18,8 @@ from backend.api.deps import (
     SessionDep,
 )
 from backend.api.jobs import JobId
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
 from backend.jobs import service
 from backend.jobs.schemas import JobRead
@@ -38,11 +41,19 @@ async def restart_task(
     task: TaskName,
     session: SessionDep,
     controller: ControllerDep,
-    _: AdminPrincipal,
+    principal: AdminPrincipal,
+    source: ClientSource,
 ) -> JobRead:
     """Restart one task on its host and port (with the tasks its role restarts along with it)."""
     await controller.apply(
-        functools.partial(restarts.request_task_restart, job_id=job_id, task_name=task)
+        audit.audited(
+            functools.partial(restarts.request_task_restart, job_id=job_id, task_name=task),
+            principal=principal,
+            source=source,
+            action=AuditAction.task_restart,
+            job_id=job_id,
+            target=task,
+        )
     )
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 

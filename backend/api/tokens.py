@@ -8,7 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, status
 
 from agents.protocol import MAX_INT32
+from backend.api.audit import ClientSource
 from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.tokens import service
 from backend.tokens.schemas import TokenCreate, TokenCreated, TokenRead, TokenSelf
@@ -21,10 +24,20 @@ TokenId = Annotated[int, Path(ge=1, le=MAX_INT32, description="The token's id.")
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=TokenCreated)
-async def create_token(body: TokenCreate, session: SessionDep, _: AdminPrincipal) -> TokenCreated:
+async def create_token(
+    body: TokenCreate, session: SessionDep, principal: AdminPrincipal, source: ClientSource
+) -> TokenCreated:
     """A new token; its secret is in this answer only (the server keeps a hash)."""
     created = await service.create_token(
         session=session, name=body.name, kind=body.kind, expires_in_seconds=body.expires_in_seconds
+    )
+    await audit.record(
+        session=session,
+        principal=principal,
+        source=source,
+        action=AuditAction.token_create,
+        target=f"token {created.id}",
+        detail={"name": created.name, "kind": created.kind},
     )
     await session.commit()
     return created
@@ -43,8 +56,18 @@ async def token_self(principal: ReaderPrincipal) -> TokenSelf:
 
 
 @router.delete("/{token_id}", response_model=TokenRead, responses=error_responses(404))
-async def revoke_token(token_id: TokenId, session: SessionDep, _: AdminPrincipal) -> TokenRead:
+async def revoke_token(
+    token_id: TokenId, session: SessionDep, principal: AdminPrincipal, source: ClientSource
+) -> TokenRead:
     """Revoke a token: refused from the next request on (revoking twice changes nothing)."""
     token = await service.revoke_token(session=session, token_id=token_id)
+    await audit.record(
+        session=session,
+        principal=principal,
+        source=source,
+        action=AuditAction.token_revoke,
+        target=f"token {token.id}",
+        detail={"name": token.name},
+    )
     await session.commit()
     return service.token_read(token)

@@ -24,8 +24,15 @@ log = logging.getLogger(__name__)
 NOT_A_REFUSAL = ("Requested node configuration is not available",)
 
 
-async def admit(spec: JobSpec, *, settings: Settings, commands: SlurmCommands | None) -> None:
-    """Raise InvalidInput (422) if this server cannot run the job on Slurm, or Slurm refuses it."""
+async def admit(
+    spec: JobSpec,
+    *,
+    settings: Settings,
+    commands: SlurmCommands | None,
+    project_account: str | None = None,
+) -> None:
+    """Raise InvalidInput (422) if this server cannot run the job on Slurm, or Slurm refuses it
+    (with the account it would be charged to: see sbatch_options)."""
     if spec.slurm is None:
         return
     if not settings.slurm_enabled or commands is None:
@@ -40,7 +47,12 @@ async def admit(spec: JobSpec, *, settings: Settings, commands: SlurmCommands | 
         )
     try:
         options = sbatch_options(
-            settings=settings, job_id=0, spec=spec, name="strata-admission", marker="admission"
+            settings=settings,
+            job_id=0,
+            spec=spec,
+            name="strata-admission",
+            marker="admission",
+            project_account=project_account,
         )
     except ShapeError as exc:
         raise InvalidInput([FieldIssue("slurm.nodes", str(exc))]) from None

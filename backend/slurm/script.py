@@ -75,9 +75,16 @@ def job_name(settings: Settings, job_id: int) -> str:
 
 
 def sbatch_options(
-    *, settings: Settings, job_id: int, spec: JobSpec, name: str, marker: str
+    *,
+    settings: Settings,
+    job_id: int,
+    spec: JobSpec,
+    name: str,
+    marker: str,
+    project_account: str | None = None,
 ) -> list[str]:
-    """Everything sbatch is told on its command line for this job."""
+    """Everything sbatch is told on its command line for this job. Its account is the spec's,
+    else its project's Slurm account, else the server's default."""
     slurm = spec.slurm
     assert slurm is not None, "only jobs with a slurm section run on Slurm"
     shape = allocation_shape(spec)
@@ -100,7 +107,7 @@ def sbatch_options(
     if settings.slurm_workdir is not None:
         options.append(f"--chdir={settings.slurm_workdir}")
     partition = slurm.partition or settings.slurm_partition
-    account = slurm.account or settings.slurm_account
+    account = slurm.account or project_account or settings.slurm_account
     for flag, value in (
         ("--partition", partition),
         ("--account", account),

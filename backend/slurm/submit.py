@@ -26,8 +26,17 @@ from backend.slurm.commands import QueuedJob, SlurmCommands, SlurmError, SlurmUn
 from backend.slurm.job_changes import Apply, end_for_slurm, note_waiting
 from backend.slurm.models import Phase, SlurmJob
 from backend.slurm.script import ShapeError, batch_script, job_name, sbatch_options
+from backend.teams.models import Project
 
 log = logging.getLogger(__name__)
+
+
+async def project_account(session: AsyncSession, job: Job) -> str | None:
+    """The Slurm account of the job's project (None when it has none)."""
+    account: str | None = await session.scalar(
+        select(Project.slurm_account).where(Project.id == job.project_id)
+    )
+    return account
 
 
 def server_url(settings: Settings) -> str:
@@ -133,6 +142,7 @@ class Submitter:
                 spec=spec,
                 name=record.name,
                 marker=record.marker,
+                project_account=await project_account(session, job),
             )
         except ShapeError as exc:
             await self._refused(session, record, str(exc))

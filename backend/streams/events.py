@@ -42,6 +42,7 @@ def event_frame(row: JobEvent) -> EventFrame | CheckpointFrame:
         to_status=row.to_status,
         message=row.message,
         data=row.data,
+        actor=row.actor,
     )
     if row.kind == EventKind.checkpoint and "checkpoint" in row.data:
         try:

@@ -65,6 +65,7 @@ class StreamEvent(BaseModel):
     to_status: str | None
     message: str | None
     data: dict[str, Any]
+    actor: str | None = None  # who caused it through the API; null: the system
 
 
 class EventFrame(ServerFrame):

@@ -174,6 +174,7 @@ def test_an_event_frame_is_sent_as_it_always_was() -> None:
         to_status="cancelled",
         message="cancelled by request",
         data={"why": ["a", 1]},
+        actor="alice",
     )
     sent = json.loads(event_frame(row).text("CUR"))
     assert sent == {
@@ -188,6 +189,7 @@ def test_an_event_frame_is_sent_as_it_always_was() -> None:
             "to_status": "cancelled",
             "message": "cancelled by request",
             "data": {"why": ["a", 1]},
+            "actor": "alice",  # who caused it through the API (null: the system)
         },
         "cursor": "CUR",
     }

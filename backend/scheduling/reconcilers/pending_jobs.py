@@ -18,6 +18,7 @@ from backend.jobs.tfconfig import tf_config
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.native import RESEND_SECONDS
 from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
 from backend.slurm.script import allocation_shape
 
@@ -65,17 +66,20 @@ class PendingJobs:
             return
         view.unplaced = None
         capacity = await self.known_capacity(tx)
+        quotas = await GpuQuotas.load(session)
         placed = 0
         async for job in _pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
                 self.wake()  # the rest in the next pass, after this one has committed
                 return
-            if await self._place(tx, job, capacity):
+            if await self._place(tx, job, capacity, quotas):
                 placed += 1
         if not placed:
             view.unplaced, view.unplaced_at = situation, time.monotonic()
 
-    async def _place(self, tx: Transaction, job: Job, capacity: list[HostCapacity]) -> bool:
+    async def _place(
+        self, tx: Transaction, job: Job, capacity: list[HostCapacity], quotas: GpuQuotas
+    ) -> bool:
         """Place every waiting task of the job, or none; says why not in the job's reason."""
         if any(self.view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
             job.reason = "waiting for the tasks of its previous attempt to stop"
@@ -93,6 +97,12 @@ class PendingJobs:
             TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
             for t in waiting
         ]
+        # Project quotas hold native jobs only: Slurm applies its own to the project's account.
+        gpus = sum(need.gpus for need in needs) if spec.slurm is None else 0
+        refused = quotas.refusal(job.project_id, gpus)
+        if refused is not None:
+            job.reason = refused
+            return False  # passed over like a job that does not fit
         # Jobs that do not fit are passed over, so smaller ones behind them can run.
         slots = place(needs, usable, image=spec.image)
         if isinstance(slots, Unplaceable):
@@ -106,6 +116,7 @@ class PendingJobs:
             task.status, task.pid, task.exit_code = TaskStatus.scheduled, None, None
             task.started_at = task.finished_at = None
             tx.start(slot.host_name, job, task, force=True)
+        quotas.take(job.project_id, gpus)
         hosts = sorted({slot.host_name for slot in slots.values()})
         if job.restart_count == 0 and job.started_at is None:  # its first placement
             waited = max(0.0, (utcnow() - job.created_at).total_seconds())

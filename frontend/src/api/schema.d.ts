@@ -4,6 +4,27 @@
  */
 
 export interface paths {
+    "/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Audit
+         * @description Changes made through the API, newest first, filtered: all of them for an admin token,
+         *     their projects' for project admins.
+         */
+        get: operations["list_audit_audit_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/cluster": {
         parameters: {
             query?: never;
@@ -450,6 +471,73 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AuditAction
+         * @description Every change the API makes, by name (stored as these strings: no migration to add one).
+         * @enum {string}
+         */
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "project.create" | "member.set" | "member.remove" | "quota.set";
+        /** AuditEntryRead */
+        AuditEntryRead: {
+            /**
+             * Action
+             * @description What, e.g. job.cancel (see AuditAction).
+             */
+            action: string;
+            /**
+             * Actor
+             * @description Who: a user's name ("alice") or a token ("admin token 3").
+             */
+            actor: string;
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /** Detail */
+            detail: {
+                [key: string]: unknown;
+            };
+            /** Id */
+            id: number;
+            /** Job Id */
+            job_id: number | null;
+            /**
+             * Project
+             * @description The project it concerns, if any.
+             */
+            project: string | null;
+            /**
+             * Source
+             * @description The client's address as the server saw it (a proxy's, behind one).
+             */
+            source: string | null;
+            /**
+             * Target
+             * @description What else it names: "worker:1", "token 4", "alice".
+             */
+            target: string | null;
+            /**
+             * Token Id
+             * @description The stored token used; null for the server's own.
+             */
+            token_id: number | null;
+            /** User Id */
+            user_id: number | null;
+        };
+        /** AuditPage */
+        AuditPage: {
+            /**
+             * Items
+             * @description Newest first.
+             */
+            items: components["schemas"]["AuditEntryRead"][];
+            /**
+             * Next Before
+             * @description Pass as `before` for the next (older) page; null when this is the last.
+             */
+            next_before: number | null;
+        };
         /** BundleMember */
         BundleMember: {
             /**
@@ -918,6 +1006,11 @@ export interface components {
         /** JobEventRead */
         JobEventRead: {
             /**
+             * Actor
+             * @description Who caused it through the API ("alice", "admin token 3"); null for what the system did itself.
+             */
+            actor?: string | null;
+            /**
              * At
              * Format: date-time
              */
@@ -967,6 +1060,11 @@ export interface components {
             name: string;
             /** Priority */
             priority: number;
+            /**
+             * Project Id
+             * @description The project it belongs to (spec.project names it).
+             */
+            project_id: number;
             /** Reason */
             reason: string | null;
             /** Restart Count */
@@ -982,6 +1080,11 @@ export interface components {
             status: components["schemas"]["JobStatus"];
             /** Strategy */
             strategy: string;
+            /**
+             * Submitted By
+             * @description Who submitted it (a user's name, or which token).
+             */
+            submitted_by?: string | null;
             /** Tasks */
             tasks: components["schemas"]["TaskRead"][];
             /**
@@ -1035,6 +1138,11 @@ export interface components {
              * @default 0
              */
             priority: number;
+            /**
+             * Project
+             * @description The project it belongs to (you must be a member of it); null: your default project, or `default` for an admin token. Set to the project's name on submission.
+             */
+            project?: string | null;
             replicas: components["schemas"]["Replicas"];
             /**
              * @default {
@@ -1344,6 +1452,11 @@ export interface components {
          */
         StreamEvent: {
             /**
+             * Actor
+             * @default null
+             */
+            actor: string | null;
+            /**
              * At
              * Format: date-time
              */
@@ -1603,6 +1716,72 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_audit_audit_get: {
+        parameters: {
+            query?: {
+                project?: string | null;
+                /** @description A job's id. */
+                job?: number | null;
+                /** @description e.g. alice */
+                actor?: string | null;
+                action?: components["schemas"]["AuditAction"] | null;
+                limit?: number;
+                /** @description Only entries older than this id. */
+                before?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
     read_cluster_cluster_get: {
         parameters: {
             query?: never;

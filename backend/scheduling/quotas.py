@@ -1,0 +1,79 @@
+"""Project quotas on the native backend: how many GPUs a project's jobs may hold at once.
+
+A job whose project would go over its `max_gpus` waits with a reason that says so; jobs of
+other projects behind it are placed as usual. Only placement is held: a quota lowered below
+what a project already uses stops nothing. Slurm jobs are left to Slurm's own limits (the
+project's Slurm account), so they neither count nor wait here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from backend.errors import FieldIssue, InvalidInput
+from backend.jobs.models import Job, Task
+from backend.jobs.states import LIVE_TASK_STATUSES
+from backend.slurm.models import SlurmJob
+from backend.teams.models import Project
+
+
+@dataclass
+class GpuQuotas:
+    """The GPU limits of the projects that have one, and what each holds, for one pass of
+    placement (a job placed in the pass counts for the jobs after it)."""
+
+    limits: dict[int, tuple[str, int]] = field(default_factory=dict)  # id -> (name, max_gpus)
+    used: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    async def load(cls, session: AsyncSession) -> GpuQuotas:
+        rows = await session.execute(
+            select(Project.id, Project.name, Project.max_gpus).where(Project.max_gpus.is_not(None))
+        )
+        limits = {pid: (name, limit) for pid, name, limit in rows.all() if limit is not None}
+        quotas = cls(limits=limits)
+        if not limits:  # no quota anywhere: nothing to count
+            return quotas
+        held = await session.execute(
+            select(Job.project_id, Task.gpu_indices)
+            .join(Task, Task.job_id == Job.id)
+            .where(
+                Job.project_id.in_(list(limits)),
+                Task.status.in_(LIVE_TASK_STATUSES),
+                Job.id.not_in(select(SlurmJob.job_id)),
+            )
+        )
+        for project_id, gpus in held.all():
+            quotas.used[project_id] = quotas.used.get(project_id, 0) + len(gpus or [])
+        return quotas
+
+    def refusal(self, project_id: int, gpus: int) -> str | None:
+        """Why a job of this project needing `gpus` must wait, or None if it may be placed."""
+        if gpus == 0 or project_id not in self.limits:
+            return None
+        name, limit = self.limits[project_id]
+        used = self.used.get(project_id, 0)
+        if used + gpus <= limit:
+            return None
+        return f"project {name} uses {used} of its {limit} GPUs; this job needs {gpus}"
+
+    def take(self, project_id: int, gpus: int) -> None:
+        """Count a job just placed."""
+        self.used[project_id] = self.used.get(project_id, 0) + gpus
+
+
+def check_priority(*, project: Project, priority: int) -> None:
+    """A job may not ask for more priority than its project's `max_priority` (422)."""
+    if project.max_priority is not None and priority > project.max_priority:
+        raise InvalidInput(
+            [
+                FieldIssue(
+                    "priority",
+                    f"priority {priority} is over the maximum of project {project.name}, "
+                    f"{project.max_priority}",
+                )
+            ]
+        )
