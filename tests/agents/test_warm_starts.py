@@ -147,6 +147,18 @@ async def test_a_warm_script_sees_what_a_cold_one_sees(tmp_path: Path) -> None:
 
 
 @SLOW
+async def test_a_warm_task_finds_the_runtime_it_will_use_imported_already(tmp_path: Path) -> None:
+    # What runtime.callbacks() and the ps/worker server import on first use, in a cold start.
+    lazy = ["agents.runtime.sender", "agents.runtime.checkpoints", "agents.runtime.coordinator"]
+    lazy += ["agents.runtime.warm_start", "agents.runtime.server", "websockets.sync.client"]
+    script = f"import json, sys\nprint(json.dumps([m for m in {lazy!r} if m not in sys.modules]))\n"
+    (tmp_path / "loaded.py").write_text(script)
+    finished, lines, _pid = await run_warm(start("python", "loaded.py"), tmp_path)
+    assert finished.exit_code == 0, lines
+    assert [json.loads(line) for line in lines if line.startswith("[")] == [[]]
+
+
+@SLOW
 async def test_a_warm_module_and_a_failing_script_end_as_cold_ones(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
