@@ -22,6 +22,7 @@ from backend.api import (
     jobs,
     metrics,
     prometheus,
+    quotas,
     streams,
     task_channel,
     tasks,
@@ -177,6 +178,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tensorboard.router,
         tokens.router,
         audit.router,
+        quotas.router,
     ):
         app.include_router(router)
     streams.document_frames(app)  # websocket frames are no route: put them in the schema

@@ -9,7 +9,9 @@ project's Slurm account), so they neither count nor wait here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -77,3 +79,31 @@ def check_priority(*, project: Project, priority: int) -> None:
                 )
             ]
         )
+
+
+class ProjectQuota(BaseModel):
+    """A project's quotas (`PUT /projects/{name}/quota`); null is no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_gpus: Annotated[int, Field(ge=0, le=1_000_000)] | None = Field(
+        default=None,
+        description="GPUs the project's native jobs may hold at once; a job that would go over "
+        "waits (running jobs are never stopped for it). Slurm jobs are limited by Slurm, "
+        "through the project's Slurm account.",
+    )
+    # The spec's own bounds for priority (backend.jobs.spec).
+    max_priority: Annotated[int, Field(ge=-100, le=100)] | None = Field(
+        default=None, description="The highest priority a job of the project may ask for."
+    )
+
+
+class ProjectQuotaRead(ProjectQuota):
+    project: str
+
+
+def set_quota(*, project: Project, quota: ProjectQuota) -> ProjectQuota:
+    """Replace the project's quotas; returns what they were."""
+    before = ProjectQuota(max_gpus=project.max_gpus, max_priority=project.max_priority)
+    project.max_gpus, project.max_priority = quota.max_gpus, quota.max_priority
+    return before

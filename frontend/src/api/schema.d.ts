@@ -403,6 +403,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/projects/{name}/quota": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Put Quota
+         * @description Set a project's quotas (null: no limit). A lower GPU quota stops nothing that runs;
+         *     the project's new jobs wait until they fit under it.
+         */
+        put: operations["put_quota_projects__name__quota_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/tokens": {
         parameters: {
             query?: never;
@@ -1291,6 +1312,37 @@ export interface components {
              * @default 262144
              */
             min_shard_bytes: number;
+        };
+        /**
+         * ProjectQuota
+         * @description A project's quotas (`PUT /projects/{name}/quota`); null is no limit.
+         */
+        ProjectQuota: {
+            /**
+             * Max Gpus
+             * @description GPUs the project's native jobs may hold at once; a job that would go over waits (running jobs are never stopped for it). Slurm jobs are limited by Slurm, through the project's Slurm account.
+             */
+            max_gpus?: number | null;
+            /**
+             * Max Priority
+             * @description The highest priority a job of the project may ask for.
+             */
+            max_priority?: number | null;
+        };
+        /** ProjectQuotaRead */
+        ProjectQuotaRead: {
+            /**
+             * Max Gpus
+             * @description GPUs the project's native jobs may hold at once; a job that would go over waits (running jobs are never stopped for it). Slurm jobs are limited by Slurm, through the project's Slurm account.
+             */
+            max_gpus?: number | null;
+            /**
+             * Max Priority
+             * @description The highest priority a job of the project may ask for.
+             */
+            max_priority?: number | null;
+            /** Project */
+            project: string;
         };
         /** ReplicaSpec */
         ReplicaSpec: {
@@ -3087,6 +3139,69 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_quota_projects__name__quota_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The project's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProjectQuota"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectQuotaRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
                 };
             };
         };
