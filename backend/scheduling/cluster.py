@@ -51,9 +51,11 @@ class ClusterView:
     # How those starts came about, when the agent said: warm, or cold and why (for the event).
     start_modes: dict[TaskKey, StartMode] = field(default_factory=dict)
     to_compare: dict[str, list[RunningTask]] = field(default_factory=dict)
-    # What the cluster looked like when the queued jobs last found no room, and when.
+    # What the cluster looked like when the queued jobs last found no room, and when, and
+    # the jobs that found none since (backend.scheduling.reconcilers.pending_jobs).
     unplaced: tuple[object, ...] | None = None
     unplaced_at: float = 0.0
+    passed_over: set[int] = field(default_factory=set)
     # What the hosts have free, kept between passes while nothing but placement changes it
     # (placement updates it as it places). Reading it from the database took most of a pass
     # at a thousand hosts, and a pass runs for every submission. Anything that may free or

@@ -61,6 +61,7 @@ T = TypeVar("T")
 Change = Callable[[Transaction], Awaitable[T]]
 
 STALE_RETRIES = 5  # times a change is applied again after a job changed under it
+PASS_GAP_SECONDS = 0.05  # the least time from one pass's start to the next one's
 
 
 class Controller:
@@ -100,10 +101,15 @@ class Controller:
 
     async def run(self) -> None:
         failures = 0
+        last_pass = -PASS_GAP_SECONDS
         while True:
             period = self.settings.reconcile_seconds
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=period * random.uniform(0.8, 1.2))
+            # A burst of wake-ups (submissions, agents' starts) is taken in by one pass: a
+            # pass per submission cost more than the submissions themselves.
+            await asyncio.sleep(last_pass + PASS_GAP_SECONDS - time.monotonic())
+            last_pass = time.monotonic()
             self._wake.clear()
             try:
                 await self.reconcile()

@@ -52,30 +52,38 @@ class PendingJobs:
         )
         if not queue:
             return
-        # Jobs that found no room wait for something to change: the queue, the agents
-        # connected, what they run, the live tasks. Examining them again on every pass cost
-        # a thousand hosts' capacity each time; they are still looked at every few seconds.
+        # Jobs that found no room wait for something to change: the agents connected, what
+        # they run, the live tasks. Examining them again on every pass cost a thousand hosts'
+        # capacity each, and a pass runs for every submission: a job submitted to a full
+        # cluster is examined alone. All are still looked at again every few seconds.
         live = select(func.count()).select_from(Task).where(Task.status.in_(LIVE_TASK_STATUSES))
-        situation = (
-            tuple(queue),
-            tx.backend.changes,
-            view.running.changes,
-            await session.scalar(live),
-        )
-        if situation == view.unplaced and time.monotonic() - view.unplaced_at < RESEND_SECONDS:
+        situation = (tx.backend.changes, view.running.changes, await session.scalar(live))
+        same = situation == view.unplaced and time.monotonic() - view.unplaced_at < RESEND_SECONDS
+        passed_over = view.passed_over if same else set()
+        queue = [job_id for job_id in queue if job_id not in passed_over]
+        if not queue:
             return
-        view.unplaced = None
         capacity = await self.known_capacity(tx)
         quotas = await GpuQuotas.load(session)
         placed = 0
         async for job in _pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
                 self.wake()  # the rest in the next pass, after this one has committed
-                return
+                break
             if await self._place(tx, job, capacity, quotas):
                 placed += 1
-        if not placed:
-            view.unplaced, view.unplaced_at = situation, time.monotonic()
+            else:
+                passed_over.add(job.id)
+        # The pass's placements written together (not a flush per job).
+        await session.flush()
+        if placed:
+            view.unplaced = None
+        elif not same:
+            view.unplaced, view.unplaced_at, view.passed_over = (
+                situation,
+                time.monotonic(),
+                passed_over,
+            )
 
     async def _place(
         self, tx: Transaction, job: Job, capacity: list[HostCapacity], quotas: GpuQuotas
@@ -126,6 +134,7 @@ class PendingJobs:
             job=job,
             to=JobStatus.scheduled,
             reason=f"placed on {', '.join(hosts)}",
+            flush=False,
         )
         return True
 
