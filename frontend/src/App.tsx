@@ -1,5 +1,5 @@
 import { useEffect, useState } from "preact/hooks";
-import { getAccess, onAccess, READ_ONLY } from "./api/access";
+import { getAccess, getMe, onAccess, READ_ONLY } from "./api/access";
 import { clearToken, getToken, onAuthChange } from "./api/auth";
 import { DialogHost } from "./components/ConfirmDialog";
 import { ClusterPage } from "./pages/ClusterPage";
@@ -9,6 +9,7 @@ import { JobsPage } from "./pages/JobsPage";
 import { LoginPage } from "./pages/LoginPage";
 import { getConnection, onConnection } from "./ui/connection";
 import { useSubscription } from "./ui/hooks";
+import { chooseProject, currentProject, onProjectChange } from "./ui/project";
 import { href, parseRoute, type Route } from "./ui/router";
 import { applyTheme, currentTheme, onThemeChange, type Theme } from "./ui/theme";
 
@@ -88,6 +89,7 @@ function TopBar({ route, signedIn }: { route: Route; signedIn: boolean }) {
         </nav>
       ) : null}
       <span class="spacer" />
+      {signedIn ? <ProjectSwitcher /> : null}
       {signedIn ? <ViewerTag /> : null}
       {signedIn ? <ConnectionIndicator /> : null}
       <button
@@ -107,6 +109,39 @@ function TopBar({ route, signedIn }: { route: Route; signedIn: boolean }) {
         </button>
       ) : null}
     </header>
+  );
+}
+
+/** Which project's jobs the pages show; the caller's own projects only (GET /me). */
+function ProjectSwitcher() {
+  useSubscription(onAccess);
+  useSubscription(onProjectChange);
+  const me = getMe();
+  if (me === null) return null;
+  const chosen = currentProject();
+  // A remembered project this token has no role in shows as "every project".
+  const known = me.projects.some((project) => project.name === chosen);
+  return (
+    <label class="project-switcher" title={me.user ? `Signed in as ${me.user}` : undefined}>
+      {me.user ? (
+        <span class="muted" data-testid="signed-in-as">
+          {me.user}
+        </span>
+      ) : null}
+      <select
+        value={known ? chosen : ""}
+        onChange={(e) => chooseProject((e.target as HTMLSelectElement).value)}
+        aria-label="Project"
+        data-testid="project-switcher"
+      >
+        <option value="">All projects</option>
+        {me.projects.map((project) => (
+          <option key={project.id} value={project.name} data-role={project.role}>
+            {project.name} · {project.role}
+          </option>
+        ))}
+      </select>
+    </label>
   );
 }
 

@@ -1,42 +1,76 @@
-// What the signed-in token may do. An admin token changes things; a viewer token only reads,
-// so the dashboard greys out its controls instead of letting each click end in a 403. The
-// server says which kind a token is (GET /tokens/self), once per token.
+// What the signed-in token may do, and where. The server says it once per token (GET /me): an
+// admin token controls every project, a viewer token reads every project, a user token has a
+// role in each of its projects (viewer reads; member and admin also control the jobs). The
+// dashboard greys out what the caller may not do instead of letting each click end in a 403.
 import { getToken, onAuthChange } from "./auth";
 import { api } from "./client";
+import type { components } from "./schema";
 
-export type Access = "admin" | "viewer" | "unknown";
+export type Me = components["schemas"]["Me"];
+export type MyProject = components["schemas"]["MyProject"];
+export type ProjectRole = MyProject["role"];
+export type Access = Me["kind"] | "unknown";
 
-/** The title of a control a viewer token may not use. */
+/** The title of a control the caller may not use. */
 export const READ_ONLY = "Read only: signed in with a viewer token";
+export const readOnlyIn = (project: string): string => `Read only: you are a viewer of project ${project}`;
 
-let access: { token: string | null; kind: Access } = { token: null, kind: "unknown" };
+let state: { token: string | null; me: Me | null } = { token: null, me: null };
 const listeners = new Set<() => void>();
 
-function set(token: string | null, kind: Access): void {
-  if (access.token === token && access.kind === kind) return;
-  access = { token, kind };
+function set(token: string | null, me: Me | null): void {
+  state = { token, me };
   for (const listener of listeners) listener();
 }
 
 async function load(token: string): Promise<void> {
   try {
-    const self = await api.get("/tokens/self");
-    if (getToken() === token) set(token, self.kind);
+    const me = await api.get("/me");
+    if (getToken() === token) set(token, me);
   } catch {
-    // Unknown (the server is unreachable, or older): the controls stay on and the server
-    // still refuses what the token may not do.
-    if (getToken() === token) set(token, "unknown");
+    // Unknown (the server is unreachable): the controls stay on and the server still refuses
+    // what the token may not do.
+    if (getToken() === token) set(token, null);
   }
 }
 
-/** The kind of the current token; asks the server the first time a token is seen. */
-export function getAccess(): Access {
+/** Who the current token is; asks the server the first time a token is seen. */
+export function getMe(): Me | null {
   const token = getToken();
-  if (token !== access.token) {
-    access = { token, kind: "unknown" };
+  if (token !== state.token) {
+    state = { token, me: null };
     if (token !== null) void load(token);
   }
-  return access.kind;
+  return state.me;
+}
+
+export function getAccess(): Access {
+  return getMe()?.kind ?? "unknown";
+}
+
+/** The caller's role in a project (by id), or null when they have none or it is not known yet. */
+export function roleIn(projectId: number): ProjectRole | null {
+  return getMe()?.projects.find((project) => project.id === projectId)?.role ?? null;
+}
+
+export function projectName(projectId: number): string {
+  return getMe()?.projects.find((project) => project.id === projectId)?.name ?? `#${projectId}`;
+}
+
+/** Why the caller may not control a project's jobs, or null when they may (or it is unknown). */
+export function readOnlyReason(projectId: number): string | null {
+  const me = getMe();
+  if (me === null) return null;
+  if (me.kind === "viewer") return READ_ONLY;
+  if (me.kind === "admin") return null;
+  return roleIn(projectId) === "viewer" ? readOnlyIn(projectName(projectId)) : null;
+}
+
+/** The projects the caller may submit to (member or admin of them). */
+export function submittable(): MyProject[] {
+  const me = getMe();
+  if (me === null || me.kind === "viewer") return [];
+  return me.projects.filter((project) => project.role !== "viewer");
 }
 
 export function onAccess(listener: () => void): () => void {
@@ -44,4 +78,4 @@ export function onAccess(listener: () => void): () => void {
   return () => listeners.delete(listener);
 }
 
-onAuthChange(() => getAccess());
+onAuthChange(() => getMe());

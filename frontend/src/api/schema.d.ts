@@ -84,8 +84,8 @@ export interface paths {
         /**
          * Get Code Manifest
          * @description What a stored bundle holds: its size, and its members (path, size, kind) in archive
-         *     order, the first 10,000 listed and the rest counted. Readers (admin and viewer tokens)
-         *     may see it, as they see the jobs that run in it; the bytes are for agents.
+         *     order, the first 10,000 listed and the rest counted. Admin, viewer and user tokens may
+         *     see it; the bytes are for agents and whoever may submit.
          */
         get: operations["get_code_manifest_code__sha256__manifest_get"];
         put?: never;
@@ -165,13 +165,15 @@ export interface paths {
         };
         /**
          * List Jobs
-         * @description List jobs, newest first, filtered by status, name, tags and text, a page at a time.
+         * @description List the jobs of your projects, newest first, filtered by project, status, name, tags
+         *     and text, a page at a time.
          */
         get: operations["list_jobs_jobs_get"];
         put?: never;
         /**
          * Submit Job
-         * @description Submit a job spec (JSON or YAML); it waits as pending until it can be placed.
+         * @description Submit a job spec (JSON or YAML) to a project you are a member of (spec.project); it
+         *     waits as pending until it can be placed.
          */
         post: operations["submit_job_jobs_post"];
         delete?: never;
@@ -383,6 +385,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/me": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read Me
+         * @description Who this token is, and its role in each project (what the dashboard may offer).
+         */
+        get: operations["read_me_me_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -398,6 +420,75 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/projects": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Projects
+         * @description The projects you have a role in (every project for admin and viewer tokens).
+         */
+        get: operations["list_projects_projects_get"];
+        put?: never;
+        /**
+         * Create Project
+         * @description A new project, with no members and no quota (admin tokens only).
+         */
+        post: operations["create_project_projects_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/projects/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read Project
+         * @description A project you have a role in, with its members.
+         */
+        get: operations["read_project_projects__name__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/projects/{name}/members/{user}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Member
+         * @description Add a user to the project with a role, or change their role (the project's admins and
+         *     admin tokens). A user's first project becomes their default project.
+         */
+        put: operations["set_member_projects__name__members__user__put"];
+        post?: never;
+        /**
+         * Remove Member
+         * @description Take a user out of the project (the project's admins and admin tokens).
+         */
+        delete: operations["remove_member_projects__name__members__user__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -433,7 +524,7 @@ export interface paths {
         };
         /**
          * List Tokens
-         * @description Every stored token, revoked and expired ones too; never a secret.
+         * @description Every stored token (a user: their own), revoked and expired ones too; never a secret.
          */
         get: operations["list_tokens_tokens_get"];
         put?: never;
@@ -480,9 +571,56 @@ export interface paths {
         post?: never;
         /**
          * Revoke Token
-         * @description Revoke a token: refused from the next request on (revoking twice changes nothing).
+         * @description Revoke a token (a user: one of their own): refused from the next request on (revoking
+         *     twice changes nothing).
          */
         delete: operations["revoke_token_tokens__token_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Users
+         * @description Every user (admin tokens only).
+         */
+        get: operations["list_users_users_get"];
+        put?: never;
+        /**
+         * Create User
+         * @description A new user, in no project yet (`PUT /projects/{name}/members/{user}`); give them a
+         *     token with `POST /users/{name}/tokens`.
+         */
+        post: operations["create_user_users_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/users/{name}/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create User Token
+         * @description A token for this user (an admin token, or the user for themselves); its secret is in
+         *     this answer only. It acts as the user: their roles in their projects.
+         */
+        post: operations["create_user_token_users__name__tokens_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1257,6 +1395,48 @@ export interface components {
             total_lines: number;
         };
         /**
+         * Me
+         * @description Who the token making the request is, and what it may do where.
+         */
+        Me: {
+            /**
+             * Default Project
+             * @description Where a job goes when its spec names no project.
+             */
+            default_project: string | null;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "admin" | "viewer" | "user";
+            /**
+             * Projects
+             * @description Every project you have a role in.
+             */
+            projects: components["schemas"]["MyProject"][];
+            /**
+             * Token Id
+             * @description The stored token's id; null for the server's own.
+             */
+            token_id: number | null;
+            /**
+             * User
+             * @description The user's name; null for a token that is no user's.
+             */
+            user: string | null;
+        };
+        /** MemberRead */
+        MemberRead: {
+            role: components["schemas"]["ProjectRole"];
+            /** User */
+            user: string;
+        };
+        /** MemberSet */
+        MemberSet: {
+            /** @description viewer: read; member: also submit and control the project's jobs; admin: also manage its members. */
+            role: components["schemas"]["ProjectRole"];
+        };
+        /**
          * MetricsFrame
          * @description Metric points of one task attempt, columnar per metric name.
          */
@@ -1296,6 +1476,18 @@ export interface components {
             /** Series */
             series: components["schemas"]["Series"][];
         };
+        /** MyProject */
+        MyProject: {
+            /** Id */
+            id: number;
+            /** Max Gpus */
+            max_gpus: number | null;
+            /** Max Priority */
+            max_priority: number | null;
+            /** Name */
+            name: string;
+            role: components["schemas"]["ProjectRole"];
+        };
         /**
          * Partitioner
          * @description ParameterServerStrategy's variable partitioner (tf MinSizePartitioner).
@@ -1312,6 +1504,54 @@ export interface components {
              * @default 262144
              */
             min_shard_bytes: number;
+        };
+        /** ProjectCreate */
+        ProjectCreate: {
+            /**
+             * Description
+             * @default
+             */
+            description: string;
+            /**
+             * Name
+             * @description 1-64 characters: a lower-case letter, then lower-case letters, digits, '_', '.' or '-'.
+             */
+            name: string;
+            /**
+             * Slurm Account
+             * @description The Slurm account its Slurm jobs are charged to (Slurm's limits apply).
+             */
+            slurm_account?: string | null;
+        };
+        /** ProjectDetail */
+        ProjectDetail: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Description */
+            description: string;
+            /** Id */
+            id: number;
+            /**
+             * Max Gpus
+             * @description GPUs its jobs may hold at once; null: no limit.
+             */
+            max_gpus: number | null;
+            /**
+             * Max Priority
+             * @description The highest priority its jobs may ask for.
+             */
+            max_priority: number | null;
+            /** Members */
+            members: components["schemas"]["MemberRead"][];
+            /** Name */
+            name: string;
+            /** @description Your role in it (admin for an admin token). */
+            role: components["schemas"]["ProjectRole"];
+            /** Slurm Account */
+            slurm_account: string | null;
         };
         /**
          * ProjectQuota
@@ -1344,6 +1584,40 @@ export interface components {
             /** Project */
             project: string;
         };
+        /** ProjectRead */
+        ProjectRead: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Description */
+            description: string;
+            /** Id */
+            id: number;
+            /**
+             * Max Gpus
+             * @description GPUs its jobs may hold at once; null: no limit.
+             */
+            max_gpus: number | null;
+            /**
+             * Max Priority
+             * @description The highest priority its jobs may ask for.
+             */
+            max_priority: number | null;
+            /** Name */
+            name: string;
+            /** @description Your role in it (admin for an admin token). */
+            role: components["schemas"]["ProjectRole"];
+            /** Slurm Account */
+            slurm_account: string | null;
+        };
+        /**
+         * ProjectRole
+         * @description viewer < member < admin: each may do what the ones before it may.
+         * @enum {string}
+         */
+        ProjectRole: "viewer" | "member" | "admin";
         /** ReplicaSpec */
         ReplicaSpec: {
             /**
@@ -1669,7 +1943,7 @@ export interface components {
              * Kind
              * @enum {string}
              */
-            kind: "admin" | "viewer" | "agent";
+            kind: "admin" | "viewer" | "agent" | "user";
             /** Name */
             name: string;
             /** Prefix */
@@ -1681,6 +1955,11 @@ export interface components {
              * @description The secret: shown this once, stored only as a hash.
              */
             token: string;
+            /**
+             * User
+             * @description Whose token it is (kind user).
+             */
+            user?: string | null;
         };
         /** TokenRead */
         TokenRead: {
@@ -1699,13 +1978,18 @@ export interface components {
              * Kind
              * @enum {string}
              */
-            kind: "admin" | "viewer" | "agent";
+            kind: "admin" | "viewer" | "agent" | "user";
             /** Name */
             name: string;
             /** Prefix */
             prefix: string;
             /** Revoked At */
             revoked_at: string | null;
+            /**
+             * User
+             * @description Whose token it is (kind user).
+             */
+            user?: string | null;
         };
         /**
          * TokenSelf
@@ -1714,10 +1998,10 @@ export interface components {
         TokenSelf: {
             /**
              * Kind
-             * @description admin: may change things; viewer: may only read (the dashboard greys out its controls).
+             * @description admin: may change things; viewer: may only read (the dashboard greys out its controls); user: what the user's roles allow in each project (GET /me).
              * @enum {string}
              */
-            kind: "admin" | "viewer";
+            kind: "admin" | "viewer" | "user";
             /**
              * Token Id
              * @description The stored token's id (`GET /tokens`); null for a token from the server's settings.
@@ -1758,6 +2042,47 @@ export interface components {
              * @description When the agent sampled it (seconds since the epoch).
              */
             wall_time: number;
+        };
+        /** UserCreate */
+        UserCreate: {
+            /**
+             * Name
+             * @description 1-64 characters: a lower-case letter, then lower-case letters, digits, '_', '.' or '-'.
+             */
+            name: string;
+        };
+        /** UserRead */
+        UserRead: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Default Project
+             * @description Where their jobs go when a spec names none.
+             */
+            default_project: string | null;
+            /** Disabled At */
+            disabled_at: string | null;
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+        };
+        /** UserTokenCreate */
+        UserTokenCreate: {
+            /**
+             * Expires In Seconds
+             * @description Refused after this long; never expires when null.
+             */
+            expires_in_seconds?: number | null;
+            /**
+             * Name
+             * @description What the token is for (a laptop, a CI job).
+             * @default cli
+             */
+            name: string;
         };
     };
     responses: never;
@@ -2296,6 +2621,8 @@ export interface operations {
     list_jobs_jobs_get: {
         parameters: {
             query?: {
+                /** @description Only this project's jobs. */
+                project?: string | null;
                 /** @description Only jobs in these states. */
                 status?: components["schemas"]["JobStatus"][];
                 name?: string | null;
@@ -2332,6 +2659,15 @@ export interface operations {
             };
             /** @description The token is of a kind this endpoint does not admit. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3105,6 +3441,53 @@ export interface operations {
             };
         };
     };
+    read_me_me_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Me"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
     prometheus_metrics_metrics_get: {
         parameters: {
             query?: never;
@@ -3139,6 +3522,296 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_projects_projects_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectRead"][];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    create_project_projects_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProjectCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    read_project_projects__name__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The project's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectDetail"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    set_member_projects__name__members__user__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The project's name. */
+                name: string;
+                /** @description The user's name. */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MemberSet"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemberRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    remove_member_projects__name__members__user__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The project's name. */
+                name: string;
+                /** @description The user's name. */
+                user: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
                 };
             };
         };
@@ -3370,6 +4043,176 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TokenRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    list_users_users_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserRead"][];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    create_user_users_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    create_user_token_users__name__tokens_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserTokenCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokenCreated"];
                 };
             };
             /** @description No bearer token, or one the server does not know. */

@@ -1,4 +1,5 @@
-// The job's events, newest first: status changes, task starts and exits, restarts, requests.
+// The job's events, newest first: status changes, task starts and exits, restarts, requests
+// (with who asked, for what came through the API).
 import type { StreamEvent } from "../api/types";
 import { clock } from "../ui/format";
 import { Empty } from "./common";
@@ -48,11 +49,17 @@ export function EventsTimeline({ events, loading }: { events: StreamEvent[]; loa
           data-testid="event"
           data-kind={event.kind}
           data-task={event.task ?? ""}
+          data-actor={event.actor ?? ""}
         >
           <span class="dot" />
           <div>
             <div class="row" style={{ gap: "6px" }}>
               <span class="kind">{label(event)}</span>
+              {event.actor ? (
+                <span class="muted" data-testid="event-actor" title="Who asked for it">
+                  by {event.actor}
+                </span>
+              ) : null}
               <span class="grow" />
               <span class="when num" title={event.at}>
                 {clock(event.at)}

@@ -3,11 +3,12 @@
 // in the agents' workspace, or in a code bundle already on the server: its digest, given in
 // the form, becomes the spec's `code.sha256` (the server says so when it has no such bundle).
 import { useMemo, useRef, useState } from "preact/hooks";
-import { getAccess, onAccess, READ_ONLY } from "../api/access";
+import { getAccess, getMe, onAccess, READ_ONLY, submittable } from "../api/access";
 import { ApiError, api } from "../api/client";
 import type { FieldIssue, Job } from "../api/types";
 import { EXAMPLES } from "../data/examples";
-import { contentType, detectFormat, locateField, type SpecFormat, withCodeBundle } from "../data/specText";
+import { contentType, detectFormat, locateField, type SpecFormat, withCodeBundle, withProject } from "../data/specText";
+import { currentProject, onProjectChange } from "../ui/project";
 import { useSubscription } from "../ui/hooks";
 
 const DRAFT_KEY = "strata.spec-draft";
@@ -30,7 +31,15 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
   const [digest, setDigest] = useState("");
   const area = useRef<HTMLTextAreaElement>(null);
   useSubscription(onAccess);
-  const readOnly = getAccess() === "viewer";
+  useSubscription(onProjectChange);
+  const projects = submittable();
+  const me = getMe();
+  // A user who is only a viewer everywhere may not submit; unknown access leaves it to the server.
+  const readOnly = getAccess() === "viewer" || (me !== null && projects.length === 0);
+  const [pickedProject, setPickedProject] = useState<string | null>(null);
+  const names = projects.map((project) => project.name);
+  const project =
+    [pickedProject, currentProject(), me?.default_project].find((name) => name && names.includes(name)) ?? names[0] ?? null;
   const gutter = useRef<HTMLDivElement>(null);
   const sent: SpecFormat = format === "auto" ? detectFormat(text) : format;
 
@@ -78,7 +87,8 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
     setFailure(null);
     const bundle = digest.trim();
     try {
-      const body = bundle ? withCodeBundle(text, sent, bundle) : text;
+      const bundled = bundle ? withCodeBundle(text, sent, bundle) : text;
+      const body = project ? withProject(bundled, sent, project) : bundled;
       const job = await api.post("/jobs", { raw: { text: body, contentType: contentType(sent) } });
       onSubmitted(job);
     } catch (error) {
@@ -185,8 +195,20 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
             {issue.message}
           </div>
         ))}
-        <div class="row" style={{ marginTop: "12px" }}>
-          <label class="row muted" style={{ gap: "6px" }}>
+        <div class="row" style={{ marginTop: "12px", flexWrap: "wrap" }}>
+          {projects.length ? (
+            <label class="row muted nowrap" style={{ gap: "6px" }} title="Where the job goes, unless the spec names a project">
+              Project
+              <select value={project ?? ""} onChange={(e) => setPickedProject((e.target as HTMLSelectElement).value)} data-testid="submit-project">
+                {projects.map((p) => (
+                  <option key={p.id} value={p.name}>
+                    {p.name}
+                  </option>
+                ))}
+              </select>
+            </label>
+          ) : null}
+          <label class="row muted nowrap" style={{ gap: "6px" }}>
             Send as
             <select
               value={format}
@@ -203,7 +225,7 @@ export function SubmitForm({ onSubmitted }: { onSubmitted: (job: Job) => void })
             type="submit"
             class="primary"
             disabled={readOnly || busy || !text.trim()}
-            title={readOnly ? READ_ONLY : undefined}
+            title={readOnly ? (getAccess() === "viewer" ? READ_ONLY : "Read only: you are a viewer of every project you belong to") : undefined}
             data-testid="submit-job"
           >
             {busy ? <span class="spinner" /> : null}

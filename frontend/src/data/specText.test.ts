@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { contentType, detectFormat, locateField, withCodeBundle } from "./specText";
+import { contentType, detectFormat, locateField, withCodeBundle, withProject } from "./specText";
 
 const YAML = `# a comment that mentions replicas: and ps:
 name: digits-ps
@@ -59,5 +59,13 @@ describe("a spec sent with a code bundle", () => {
     expect(JSON.parse(sent)).toEqual({ name: "x", code: { sha256: digest } });
     expect(withCodeBundle("[1, 2]", "json", digest)).toBe("[1, 2]");
     expect(withCodeBundle("{not json", "json", digest)).toBe("{not json");
+  });
+
+  it("adds the form's project unless the spec names one", () => {
+    expect(withProject("name: x\nstrategy: mirrored\n", "yaml", "vision")).toBe('name: x\nstrategy: mirrored\nproject: "vision"\n');
+    expect(withProject("name: x\nproject: nlp\n", "yaml", "vision")).toBe("name: x\nproject: nlp\n");
+    expect(JSON.parse(withProject('{"name": "x"}', "json", "vision"))).toEqual({ name: "x", project: "vision" });
+    expect(withProject('{"name": "x", "project": "nlp"}', "json", "vision")).toBe('{"name": "x", "project": "nlp"}');
+    expect(withProject("{not json", "json", "vision")).toBe("{not json");
   });
 });

@@ -81,3 +81,19 @@ export function withCodeBundle(text: string, format: SpecFormat, digest: string)
   }
   return `${kept.join("\n")}\ncode:\n  sha256: ${JSON.stringify(digest)}\n`;
 }
+
+/** The spec text with `project` set, unless the text names a project itself (the spec wins
+ * over the form's choice). JSON is parsed and written again; YAML gets a top-level line. */
+export function withProject(text: string, format: SpecFormat, project: string): string {
+  if (format === "json") {
+    try {
+      const spec: unknown = JSON.parse(text);
+      if (spec === null || typeof spec !== "object" || Array.isArray(spec) || "project" in spec) return text;
+      return JSON.stringify({ ...(spec as Record<string, unknown>), project }, null, 2);
+    } catch {
+      return text;
+    }
+  }
+  if (/^project\s*:/m.test(text)) return text;
+  return `${text.replace(/\s+$/, "")}\nproject: ${JSON.stringify(project)}\n`;
+}

@@ -1,6 +1,6 @@
 // One job: header and controls, topology, live charts, events, checkpoints and logs.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { getAccess, onAccess, READ_ONLY } from "../api/access";
+import { onAccess, readOnlyReason } from "../api/access";
 import { ApiError, api, tensorBoardUrl } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
 import { isFinished, type Job, type Task } from "../api/types";
@@ -100,7 +100,9 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
 
   const now = useNow(1000);
   useSubscription(onAccess);
-  const readOnly = getAccess() === "viewer";
+  // Why the caller may only look at this job (a viewer token, or a viewer of its project).
+  const readOnlyWhy = live.job ? readOnlyReason(live.job.project_id) : null;
+  const readOnly = readOnlyWhy !== null;
   const [selected, setSelected] = useState<string | null>(routeTask);
   const [outcomes, setOutcomes] = useState<Outcome[]>([]);
   const [busy, setBusy] = useState<Set<string>>(new Set());
@@ -297,7 +299,13 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
                 image {job.spec.environment.image}
               </span>
             ) : null}
-            <span title={job.created_at}>submitted {ago(job.created_at, now)}</span>
+            <span data-testid="job-project" title="The project it belongs to">
+              project {job.spec.project ?? `#${job.project_id}`}
+            </span>
+            <span title={job.created_at} data-testid="job-submitted">
+              submitted {ago(job.created_at, now)}
+              {job.submitted_by ? ` by ${job.submitted_by}` : ""}
+            </span>
             {job.started_at ? (
               <span>
                 {finished && job.finished_at ? "ran" : "running for"}{" "}
@@ -328,11 +336,10 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             onClick={checkpointNow}
             disabled={readOnly || !actions.checkpoint || busy.has("checkpoint")}
             title={
-              readOnly
-                ? READ_ONLY
-                : actions.checkpoint
-                  ? "Ask the chief to write a checkpoint now"
-                  : "Only while a parameter_server or mirrored job runs"
+              readOnlyWhy ??
+              (actions.checkpoint
+                ? "Ask the chief to write a checkpoint now"
+                : "Only while a parameter_server or mirrored job runs")
             }
             data-testid="checkpoint-now"
           >
@@ -344,11 +351,10 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             onClick={toggleEvaluator}
             disabled={readOnly || !canToggleEvaluator || busy.has("evaluator")}
             title={
-              readOnly
-                ? READ_ONLY
-                : canToggleEvaluator
-                  ? "The sidecar evaluator evaluates each new checkpoint"
-                  : "Only while the job is unfinished and writes checkpoints"
+              readOnlyWhy ??
+              (canToggleEvaluator
+                ? "The sidecar evaluator evaluates each new checkpoint"
+                : "Only while the job is unfinished and writes checkpoints")
             }
             data-testid="evaluator-toggle"
             data-running={evaluatorLive ? "true" : "false"}
@@ -361,7 +367,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             class="danger"
             onClick={restartJob}
             disabled={readOnly || !actions.restart || busy.has("restart")}
-            title={readOnly ? READ_ONLY : undefined}
+            title={readOnlyWhy ?? undefined}
             data-testid="restart-job"
           >
             {busy.has("restart") ? <span class="spinner" /> : null}
@@ -372,7 +378,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             class="danger"
             onClick={cancelJob}
             disabled={readOnly || !actions.cancel || busy.has("cancel")}
-            title={readOnly ? READ_ONLY : undefined}
+            title={readOnlyWhy ?? undefined}
             data-testid="cancel-job"
           >
             {busy.has("cancel") ? <span class="spinner" /> : null}

@@ -12,7 +12,8 @@ import { parseSearch } from "../data/search";
 import { StreamClient } from "../stream/client";
 import { setConnection } from "../ui/connection";
 import { ago } from "../ui/format";
-import { useNow } from "../ui/hooks";
+import { useNow, useSubscription } from "../ui/hooks";
+import { currentProject, onProjectChange } from "../ui/project";
 import { href, navigate } from "../ui/router";
 
 type Filter = "all" | "active" | "succeeded" | "failed" | "cancelled";
@@ -78,11 +79,14 @@ export function JobsPage() {
     setSearch(text);
   };
 
+  useSubscription(onProjectChange);
+  const project = currentProject();
   const load = useCallback(async () => {
     const mine = ++request.current;
     try {
       const { tag, q } = parseSearch(search);
-      const answer = await api.get("/jobs", { query: { status: statuses, limit: PAGE_SIZE, tag, q } });
+      const query = { status: statuses, limit: PAGE_SIZE, tag, q, project: project || undefined };
+      const answer = await api.get("/jobs", { query });
       if (mine !== request.current) return;
       setPage(answer);
       setError(null);
@@ -90,7 +94,7 @@ export function JobsPage() {
       if (mine !== request.current) return;
       setError(e instanceof ApiError ? e : new ApiError(0, null, String(e)));
     }
-  }, [filter, search]);
+  }, [filter, search, project]);
 
   useEffect(() => {
     setPage(null);
@@ -195,7 +199,7 @@ export function JobsPage() {
             search ? (
               <Empty title="No job matches the search">Search matches names and descriptions; tag:name matches a tag.</Empty>
             ) : (
-              <Empty title={filter === "all" ? "No jobs yet" : `No ${filter} jobs`}>
+              <Empty title={(filter === "all" ? "No jobs yet" : `No ${filter} jobs`) + (project ? ` in project ${project}` : "")}>
                 {filter === "all" ? "Submit one with the form, the CLI (strata submit) or POST /jobs." : "Choose another filter to see the rest."}
               </Empty>
             )
@@ -207,6 +211,7 @@ export function JobsPage() {
                     <th class="pick" title="Tick jobs to compare them" />
                     <th>ID</th>
                     <th>Name</th>
+                    <th>Project</th>
                     <th>Status</th>
                     <th>Strategy</th>
                     <th>Replicas</th>
@@ -307,6 +312,10 @@ function JobRow({
             {job.reason}
           </div>
         ) : null}
+      </td>
+      <td class="nowrap" data-testid="job-project" title={job.submitted_by ? `submitted by ${job.submitted_by}` : undefined}>
+        {job.spec.project ?? `#${job.project_id}`}
+        {job.submitted_by ? <div class="faint" style={{ fontSize: "12px" }}>{job.submitted_by}</div> : null}
       </td>
       <td>
         <StatusBadge status={job.status} />

@@ -1,5 +1,6 @@
-// Paste an admin token (`strata up` prints a URL that carries it), or a viewer token to look
-// without changing anything. The token is checked against the server before it is kept.
+// Paste a user token (your projects, with your role in each), the admin token (`strata up`
+// prints a URL that carries it), or a viewer token to look without changing anything. The token
+// is checked against the server before it is kept.
 import { useState } from "preact/hooks";
 import { setToken } from "../api/auth";
 
@@ -13,7 +14,7 @@ export function LoginPage({ reason }: { reason: string | null }) {
     if (!token) return;
     setState({ busy: true, error: null });
     try {
-      const response = await fetch("/cluster", {
+      const response = await fetch("/me", {
         headers: { Authorization: `Bearer ${token}`, Accept: "application/json" },
       });
       if (response.status === 401 || response.status === 403) {
@@ -35,7 +36,8 @@ export function LoginPage({ reason }: { reason: string | null }) {
       <div class="card">
         <h1>Sign in to Strata</h1>
         <p>
-          Paste the admin token. <code>strata up</code> prints a dashboard URL that carries it, and keeps it in{" "}
+          Paste your user token: you see your projects' jobs and act on them as your role in each allows.{" "}
+          <code>strata up</code> prints a dashboard URL with its first user's token, and keeps the admin token in{" "}
           <code>&lt;data dir&gt;/tokens.json</code>. A viewer token (<code>strata tokens create NAME</code>) shows
           everything and changes nothing.
         </p>
@@ -47,7 +49,7 @@ export function LoginPage({ reason }: { reason: string | null }) {
         <form onSubmit={submit}>
           <input
             type="password"
-            placeholder="Admin or viewer token"
+            placeholder="User, admin or viewer token"
             autocomplete="off"
             value={value}
             onInput={(e) => setValue((e.target as HTMLInputElement).value)}
