@@ -64,13 +64,16 @@ class PendingJobs:
         if not queue:
             return
         capacity = await self.known_capacity(tx)
+        # The hosts any job may use (not started for a Slurm job's allocation), once per pass
+        # rather than once per job: a thousand look-ups for each job placed.
+        unbound = [c for c in capacity if tx.backend.bound_job(c.name) is None]
         quotas = await GpuQuotas.load(session)
         placed = 0
         async for job in _pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
                 self.wake()  # the rest in the next pass, after this one has committed
                 break
-            if await self._place(tx, job, capacity, quotas):
+            if await self._place(tx, job, capacity, unbound, quotas):
                 placed += 1
             else:
                 passed_over.add(job.id)
@@ -86,7 +89,12 @@ class PendingJobs:
             )
 
     async def _place(
-        self, tx: Transaction, job: Job, capacity: list[HostCapacity], quotas: GpuQuotas
+        self,
+        tx: Transaction,
+        job: Job,
+        capacity: list[HostCapacity],
+        unbound: list[HostCapacity],
+        quotas: GpuQuotas,
     ) -> bool:
         """Place every waiting task of the job, or none; says why not in the job's reason."""
         if any(self.view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
@@ -95,8 +103,11 @@ class PendingJobs:
         spec = JobSpec.model_validate(job.spec, strict=False)
         # A Slurm job goes on the agents started in its allocation, once all have joined
         # (until then it shows Slurm's reason, backend.slurm); other jobs never go there.
-        own = job.id if spec.slurm is not None else None
-        usable = [c for c in capacity if tx.backend.bound_job(c.name) == own]
+        usable = (
+            unbound
+            if spec.slurm is None
+            else [c for c in capacity if tx.backend.bound_job(c.name) == job.id]
+        )
         if spec.slurm is not None and len(usable) < allocation_shape(spec).nodes:
             return False
         # Every training task is pending here; a stopped evaluator stays stopped.
