@@ -26,6 +26,7 @@ from backend.api import (
     streams,
     task_channel,
     tasks,
+    teams,
     tensorboard,
     tokens,
 )
@@ -177,6 +178,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         streams.router,
         tensorboard.router,
         tokens.router,
+        teams.router,
         audit.router,
         quotas.router,
     ):

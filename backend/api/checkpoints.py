@@ -9,8 +9,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from backend.api.audit import ClientSource
-from backend.api.deps import AdminPrincipal, ReaderPrincipal, RuntimeLinksDep, SessionDep
-from backend.api.jobs import JobId
+from backend.api.deps import (
+    ActorPrincipal,
+    JobId,
+    JobMember,
+    JobReader,
+    RuntimeLinksDep,
+    SessionDep,
+)
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.checkpoints import service
@@ -42,13 +48,12 @@ router = APIRouter(
 async def list_checkpoints(
     job_id: JobId,
     session: SessionDep,
-    _: ReaderPrincipal,
+    _: JobReader,
     include_deleted: Annotated[
         bool, Query(description="Also those the retention policy deleted.")
     ] = False,
 ) -> list[CheckpointRead]:
     """The checkpoints the job's runtime reported, newest first."""
-    await jobs.get_job(session=session, job_id=job_id)
     rows = await service.list_checkpoints(
         session=session, job_id=job_id, include_deleted=include_deleted
     )
@@ -64,7 +69,8 @@ async def checkpoint_now(
     job_id: JobId,
     session: SessionDep,
     links: RuntimeLinksDep,
-    principal: AdminPrincipal,
+    principal: ActorPrincipal,
+    _: JobMember,
     source: ClientSource,
     wait_seconds: Annotated[
         float, Query(gt=0, le=300, description="How long to wait for the checkpoint.")

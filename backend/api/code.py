@@ -1,4 +1,8 @@
-"""Code bundles: upload (admin), fetch (agents) by SHA-256, and what one holds (readers)."""
+"""Code bundles: upload (whoever may submit), fetch (agents) by SHA-256, and what one holds.
+
+A bundle belongs to no project: it is named by its SHA-256, so only who knows the digest can
+ask for it, and anyone who may submit a job (an admin token, any user) may upload, check and
+read bundles, as they may submit a job that runs in one."""
 
 from __future__ import annotations
 
@@ -8,7 +12,13 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, 
 from fastapi.responses import FileResponse
 
 from backend.api.body import declared_length
-from backend.api.deps import AdminPrincipal, ReaderPrincipal, SessionDep, app_state, require
+from backend.api.deps import (
+    ActorPrincipal,
+    SessionDep,
+    SignedInPrincipal,
+    app_state,
+    require,
+)
 from backend.auth import Principal, TokenKind
 from backend.code.schemas import LIMIT_HEADER, CodeBundleRead, CodeManifest
 from backend.code.store import CodeStore
@@ -20,10 +30,13 @@ router = APIRouter(
 )
 
 Digest = Annotated[str, Path(description="The bundle's SHA-256: 64 lowercase hex characters.")]
-FetcherPrincipal = Annotated[Principal, Depends(require(TokenKind.admin, TokenKind.agent))]
+FetcherPrincipal = Annotated[
+    Principal, Depends(require(TokenKind.admin, TokenKind.agent, TokenKind.user))
+]
 # The agents of a Slurm allocation hold their job's token: they fetch that job's bundle only.
 BundleFetcher = Annotated[
-    Principal, Depends(require(TokenKind.admin, TokenKind.agent, TokenKind.job_agent))
+    Principal,
+    Depends(require(TokenKind.admin, TokenKind.agent, TokenKind.job_agent, TokenKind.user)),
 ]
 
 
@@ -41,7 +54,7 @@ CodeStoreDep = Annotated[CodeStore, Depends(get_code_store)]
     responses=error_responses(400, 413) | {200: {"description": "The bundle was already stored."}},
 )
 async def put_code(
-    sha256: Digest, request: Request, response: Response, store: CodeStoreDep, _: AdminPrincipal
+    sha256: Digest, request: Request, response: Response, store: CodeStoreDep, _: ActorPrincipal
 ) -> CodeBundleRead:
     """Store a code bundle (a tar) under its SHA-256; idempotent (200 when already stored)."""
     store.path(sha256)  # a bad digest is refused before any byte is read
@@ -93,9 +106,9 @@ async def get_code(
 
 @router.get("/{sha256}/manifest", response_model=CodeManifest, responses=error_responses(400, 404))
 async def get_code_manifest(
-    sha256: Digest, store: CodeStoreDep, _: ReaderPrincipal
+    sha256: Digest, store: CodeStoreDep, _: SignedInPrincipal
 ) -> CodeManifest:
     """What a stored bundle holds: its size, and its members (path, size, kind) in archive
-    order, the first 10,000 listed and the rest counted. Readers (admin and viewer tokens)
-    may see it, as they see the jobs that run in it; the bytes are for agents."""
+    order, the first 10,000 listed and the rest counted. Admin, viewer and user tokens may
+    see it; the bytes are for agents and whoever may submit."""
     return await store.manifest(sha256)

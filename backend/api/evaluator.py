@@ -9,8 +9,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict
 
 from backend.api.audit import ClientSource
-from backend.api.deps import AdminPrincipal, ControllerDep, SessionDep
-from backend.api.jobs import JobId
+from backend.api.deps import ActorPrincipal, ControllerDep, JobId, JobMember, SessionDep
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
@@ -38,7 +37,8 @@ async def evaluator(
     body: EvaluatorRequest,
     session: SessionDep,
     controller: ControllerDep,
-    principal: AdminPrincipal,
+    principal: ActorPrincipal,
+    _: JobMember,
     source: ClientSource,
 ) -> JobRead:
     """Start the job's sidecar evaluator on a host with room, or stop it. It evaluates each

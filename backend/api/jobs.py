@@ -5,12 +5,20 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, status
+from fastapi import APIRouter, Depends, Query, Request, status
 
-from agents.protocol import MAX_INT32
 from backend.api.audit import ClientSource
 from backend.api.code import get_code_store
-from backend.api.deps import AdminPrincipal, ControllerDep, ReaderPrincipal, SessionDep, UsageDep
+from backend.api.deps import (
+    ActorPrincipal,
+    CallerAccess,
+    ControllerDep,
+    JobId,
+    JobMember,
+    JobReader,
+    SessionDep,
+    UsageDep,
+)
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import (
@@ -31,17 +39,17 @@ from backend.jobs.spec import (
 )
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
+from backend.scheduling.quotas import check_priority
 from backend.scheduling.transaction import Transaction
 from backend.slurm.admission import admit
 from backend.slurm.reconcile import SlurmBackend
+from backend.teams import service as teams_service
+from backend.teams.roles import TEAM_NAME_PATTERN
 
 router = APIRouter(
     prefix="/jobs", tags=["jobs"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)]
 )
 
-# Job ids are 32-bit in the database (and in the agent protocol): a larger one is a 422,
-# not an overflow inside the PostgreSQL driver.
-JobId = Annotated[int, Path(ge=1, le=MAX_INT32, description="The job's id.")]
 
 _SPEC_BODY: dict[str, Any] = {
     "requestBody": {
@@ -65,10 +73,12 @@ async def submit_job(
     request: Request,
     session: SessionDep,
     controller: ControllerDep,
-    principal: AdminPrincipal,
+    principal: ActorPrincipal,
+    access: CallerAccess,
     source: ClientSource,
 ) -> JobRead:
-    """Submit a job spec (JSON or YAML); it waits as pending until it can be placed."""
+    """Submit a job spec (JSON or YAML) to a project you are a member of (spec.project); it
+    waits as pending until it can be placed."""
     body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
     spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
     if spec.code is not None and get_code_store(request).size(spec.code.sha256) is None:
@@ -76,11 +86,16 @@ async def submit_job(
             [FieldIssue("code.sha256", f"no code bundle {spec.code.sha256}: upload it first")]
         )
 
+    project = await teams_service.project_for_submit(
+        session=session, access=access, name=spec.project
+    )
+    check_priority(project=project, priority=spec.priority)
     slurm: SlurmBackend | None = getattr(request.app.state, "slurm", None)
     await admit(
         spec,
         settings=request.app.state.settings,
         commands=None if slurm is None else slurm.commands,
+        project_account=project.slurm_account,  # what sbatch will be given
     )
 
     async def create(tx: Transaction) -> int:
@@ -92,7 +107,15 @@ async def submit_job(
             action=AuditAction.job_submit,
             detail={"name": spec.name},
         )
-        job = await service.create_job(session=tx.session, spec=spec, submitted_by=principal.label)
+        project = await teams_service.project_for_submit(
+            session=tx.session, access=access, name=spec.project
+        )
+        job = await service.create_job(
+            session=tx.session,
+            spec=spec.model_copy(update={"project": project.name}),
+            project_id=project.id,
+            submitted_by=principal.label,
+        )
         entry.job_id, entry.project_id = job.id, job.project_id
         return job.id
 
@@ -103,10 +126,13 @@ async def submit_job(
     return service.job_read(await service.get_job(session=session, job_id=job_id))
 
 
-@router.get("", response_model=JobPage)
+@router.get("", response_model=JobPage, responses=error_responses(404))
 async def list_jobs(
     session: SessionDep,
-    _: ReaderPrincipal,
+    access: CallerAccess,
+    project: Annotated[
+        str | None, Query(pattern=TEAM_NAME_PATTERN, description="Only this project's jobs.")
+    ] = None,
     status_: Annotated[
         list[JobStatus], Query(alias="status", description="Only jobs in these states.")
     ] = [],  # noqa: B006 - FastAPI copies query defaults
@@ -131,16 +157,22 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
 ) -> JobPage:
-    """List jobs, newest first, filtered by status, name, tags and text, a page at a time."""
+    """List the jobs of your projects, newest first, filtered by project, status, name, tags
+    and text, a page at a time."""
     for value in tag:
         if not TAG_PATTERN.fullmatch(value):
             raise InvalidInput([FieldIssue("tag", f"not a tag: {value!r} (see the spec's tags)")])
+    project_ids = access.project_ids
+    if project is not None:
+        found = await teams_service.visible_project(session=session, access=access, name=project)
+        project_ids = frozenset({found.id})
     jobs, total = await service.list_jobs(
         session=session,
         statuses=status_,
         name=name,
         tags=tag,
         text=q,
+        project_ids=project_ids,
         limit=limit,
         offset=offset,
     )
@@ -150,9 +182,7 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=error_responses(404))
-async def read_job(
-    job_id: JobId, session: SessionDep, usage: UsageDep, _: ReaderPrincipal
-) -> JobRead:
+async def read_job(job_id: JobId, session: SessionDep, usage: UsageDep, _: JobReader) -> JobRead:
     """A job with its tasks (and their last CPU and memory samples), placement, status and
     reason."""
     return usage.annotate_job(
@@ -165,7 +195,8 @@ async def cancel_job(
     job_id: JobId,
     session: SessionDep,
     controller: ControllerDep,
-    principal: AdminPrincipal,
+    principal: ActorPrincipal,
+    _: JobMember,
     source: ClientSource,
 ) -> JobRead:
     """Cancel a job that has not finished; its tasks are stopped."""
@@ -186,7 +217,8 @@ async def restart_job(
     job_id: JobId,
     session: SessionDep,
     controller: ControllerDep,
-    principal: AdminPrincipal,
+    principal: ActorPrincipal,
+    _: JobMember,
     source: ClientSource,
 ) -> JobRead:
     """Restart the whole job: every task stops and the job is placed again."""
@@ -210,11 +242,10 @@ async def restart_job(
 async def list_job_events(
     job_id: JobId,
     session: SessionDep,
-    _: ReaderPrincipal,
+    _: JobReader,
     after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Only events after this id.")] = 0,
 ) -> list[JobEventRead]:
     """The job's events in order: state changes, restarts, requests."""
-    await service.get_job(session=session, job_id=job_id)
     events = await service.job_events(session=session, job_id=job_id, after_id=after)
     return [JobEventRead.model_validate(event) for event in events]
 

@@ -9,10 +9,8 @@ from pydantic import StringConstraints
 
 from agents.protocol import METRIC_NAME_PATTERN
 from agents.vocabulary import TaskNameText
-from backend.api.deps import ReaderPrincipal, SessionDep
-from backend.api.jobs import JobId
+from backend.api.deps import JobId, JobReader, SessionDep
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
-from backend.jobs import service
 from backend.streams.schemas import MetricsRead
 from backend.streams.series import metric_series
 
@@ -28,7 +26,7 @@ router = APIRouter(
 async def read_metrics(
     job_id: JobId,
     session: SessionDep,
-    _: ReaderPrincipal,
+    _: JobReader,
     names: Annotated[
         list[Annotated[str, StringConstraints(pattern=METRIC_NAME_PATTERN)]],
         Query(max_length=100, description="Only these metrics."),
@@ -40,7 +38,6 @@ async def read_metrics(
     ] = None,
 ) -> MetricsRead:
     """Metric series per task and name (attempts merged by step), downsampled when asked."""
-    await service.get_job(session=session, job_id=job_id)
     series = await metric_series(
         session=session,
         job_id=job_id,

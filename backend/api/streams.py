@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import TypeAdapter
 from pydantic.json_schema import models_json_schema
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import MAX_INT32
 from backend.api.deps import (
@@ -24,12 +26,15 @@ from backend.api.deps import (
     get_logs,
     get_sessions,
     get_settings,
+    job_scope,
     websocket_principal,
 )
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
-from backend.auth import TokenKind
+from backend.auth import Principal, TokenKind
 from backend.config import Settings
+from backend.errors import NotFound
 from backend.jobs import service
+from backend.jobs.models import Job
 from backend.streams.broker import CLUSTER_TOPIC, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
 from backend.streams.events import event_frame
@@ -41,6 +46,7 @@ from backend.streams.frames import (
     Subscribe,
 )
 from backend.streams.history import advance, job_history
+from backend.teams.access import Access, ProjectRole, load_access
 
 # Subscribe is defined with the other frames; it is also this router's to export.
 __all__ = ["Subscribe", "document_frames", "router"]
@@ -48,6 +54,8 @@ __all__ = ["Subscribe", "document_frames", "router"]
 router = APIRouter()
 
 CLUSTER_HISTORY_EVENTS = 200
+# Who may open a stream; what a user sees is limited to their projects' jobs.
+STREAM_READERS = (TokenKind.admin, TokenKind.viewer, TokenKind.user)
 
 
 _subscribe_frame = TypeAdapter(Subscribe)
@@ -69,15 +77,16 @@ async def _opened(websocket: WebSocket) -> AsyncIterator[Inbound | None]:
     """
     await websocket.accept()
     principal = await websocket_principal(websocket)
-    if principal is None or principal.kind not in (TokenKind.admin, TokenKind.viewer):
+    if principal is None or principal.kind not in STREAM_READERS:
         await close(
             websocket,
             POLICY_VIOLATION,
-            "an admin or viewer token is required (header or ?token=)",
+            "an admin or viewer token, or a user's token, is required (header or ?token=)",
             cause="unauthenticated",
         )
         yield None
         return
+    websocket.state.principal = principal
     settings, broker = get_settings(websocket), get_broker(websocket)
     inbound = Inbound(websocket, frame_limits(settings), f"a stream of the {principal.kind} token")
     limit = settings.max_streams_per_token
@@ -139,9 +148,8 @@ async def _job_stream(inbound: Inbound, job_id: int) -> None:
         return
     broker = get_broker(websocket)
     async with get_sessions(websocket)() as session:
-        if not 1 <= job_id <= MAX_INT32 or not await service.job_exists(
-            session=session, job_id=job_id
-        ):
+        # A job of a project the caller is not in is closed exactly as a missing one.
+        if not 1 <= job_id <= MAX_INT32 or not await _may_read(session, inbound, job_id):
             await close(
                 websocket, POLICY_VIOLATION, f"job {job_id} does not exist", cause="unknown_job"
             )
@@ -174,8 +182,12 @@ async def _cluster_stream(inbound: Inbound) -> None:
     subscription = get_broker(websocket).subscribe([CLUSTER_TOPIC])
     try:
         async with get_sessions(websocket)() as session:
+            access = await load_access(session=session, principal=_principal_of(inbound))
             rows = await service.latest_events(
-                session=session, after_id=cursor.event, limit=CLUSTER_HISTORY_EVENTS
+                session=session,
+                after_id=cursor.event,
+                limit=CLUSTER_HISTORY_EVENTS,
+                project_ids=access.project_ids,
             )
         for row in rows:
             cursor.event = row.id
@@ -183,10 +195,60 @@ async def _cluster_stream(inbound: Inbound) -> None:
     except BaseException:
         subscription.close()
         raise
-    await _live(inbound, subscription, cursor)
+    visible = None if access.project_ids is None else _VisibleJobs(websocket, access)
+    await _live(inbound, subscription, cursor, visible)
 
 
-async def _live(inbound: Inbound, subscription: Any, cursor: Cursor) -> None:
+class _VisibleJobs:
+    """Whether a job's frames may go to this cluster stream: its project is one of the
+    caller's (a job's project never changes, so each job is looked up once)."""
+
+    def __init__(self, websocket: WebSocket, access: Access) -> None:
+        self._websocket, self._access = websocket, access
+        self._known: dict[int, bool] = {}
+
+    async def __call__(self, frame: object) -> bool:
+        job_id = getattr(frame, "job_id", None)
+        if not isinstance(job_id, int):
+            return True  # about no job
+        if job_id not in self._known:
+            async with get_sessions(self._websocket)() as session:
+                project_id = await session.scalar(select(Job.project_id).where(Job.id == job_id))
+            if len(self._known) >= _VISIBLE_CACHE:
+                self._known.clear()
+            self._known[job_id] = project_id is not None and (
+                self._access.role_in(project_id) is not None
+            )
+        return self._known[job_id]
+
+
+_VISIBLE_CACHE = 10_000
+
+
+def _principal_of(inbound: Inbound) -> Principal:
+    principal: Principal = inbound.websocket.state.principal
+    return principal
+
+
+async def _may_read(session: AsyncSession, inbound: Inbound, job_id: int) -> bool:
+    try:
+        await job_scope(
+            session=session,
+            principal=_principal_of(inbound),
+            job_id=job_id,
+            needed=ProjectRole.viewer,
+        )
+    except NotFound:
+        return False
+    return True
+
+
+async def _live(
+    inbound: Inbound,
+    subscription: Any,
+    cursor: Cursor,
+    visible: Callable[[object], Awaitable[bool]] | None = None,
+) -> None:
     websocket = inbound.websocket
     reader = asyncio.create_task(_drain_client(inbound))
     try:
@@ -202,6 +264,8 @@ async def _live(inbound: Inbound, subscription: Any, cursor: Cursor) -> None:
             except SubscriberTooSlow as exc:
                 await close(websocket, 1013, str(exc))
                 return
+            if visible is not None and not await visible(frame):
+                continue
             if isinstance(frame, ServerFrame):
                 frame = advance(cursor, frame)
             if frame is not None:

@@ -11,13 +11,14 @@ from pydantic import BaseModel
 from agents.vocabulary import TaskNameText
 from backend.api.audit import ClientSource
 from backend.api.deps import (
-    AdminPrincipal,
+    ActorPrincipal,
     ControllerDep,
+    JobId,
+    JobMember,
+    JobReader,
     LogStoreDep,
-    ReaderPrincipal,
     SessionDep,
 )
-from backend.api.jobs import JobId
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
@@ -41,7 +42,8 @@ async def restart_task(
     task: TaskName,
     session: SessionDep,
     controller: ControllerDep,
-    principal: AdminPrincipal,
+    principal: ActorPrincipal,
+    _: JobMember,
     source: ClientSource,
 ) -> JobRead:
     """Restart one task on its host and port (with the tasks its role restarts along with it)."""
@@ -72,7 +74,7 @@ async def read_task_logs(
     task: TaskName,
     session: SessionDep,
     logs: LogStoreDep,
-    _: ReaderPrincipal,
+    _: JobReader,
     attempt: Annotated[int | None, Query(ge=0, le=10_000, description="Latest when unset.")] = None,
     offset: Annotated[int, Query(ge=0, le=2**40, description="First line to return.")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,

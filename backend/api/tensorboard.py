@@ -22,14 +22,14 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from backend.api.deps import app_state, identify
-from backend.api.jobs import JobId
+from backend.api.deps import JobId, app_state, identify, job_scope
 from backend.auth import Principal, TokenKind
 from backend.config import Settings
 from backend.errors import DomainError, FieldIssue, InvalidInput, NotFound
 from backend.jobs.models import Job
 from backend.jobs.spec import JobSpec
 from backend.scheduling.launch import checkpoint_dir
+from backend.teams.access import ProjectRole
 from backend.tensorboard.processes import BoardSpec, TensorBoards
 from backend.tensorboard.proxy import TOKEN_PARAMETER, forward
 
@@ -38,7 +38,7 @@ router = APIRouter(tags=["tensorboard"])
 COOKIE = "strata_tensorboard"
 EVENTS_SUBDIR = "tensorboard"  # under a job's checkpoint dir (agents.runtime.event_files)
 MAX_COMPARED = 8
-READERS = (TokenKind.admin, TokenKind.viewer)
+READERS = (TokenKind.admin, TokenKind.viewer, TokenKind.user)
 METHODS = ["GET", "POST"]  # TensorBoard's pages read with both
 
 
@@ -70,13 +70,20 @@ async def _principal(request: Request) -> tuple[Principal, str | None]:
         raise Unauthorized("invalid token")
     if principal.kind not in READERS:
         raise Forbidden(
-            f"TensorBoard needs an admin or viewer token; a {principal.kind.value} token was given"
+            "TensorBoard needs an admin, viewer or user token; "
+            f"a {principal.kind.value} token was given"
         )
     return principal, moved
 
 
-async def _logdir(sessions: async_sessionmaker[AsyncSession], root: Path, job_id: int) -> Path:
+async def _logdir(
+    sessions: async_sessionmaker[AsyncSession], root: Path, job_id: int, principal: Principal
+) -> Path:
+    """The job's event files, for a caller who may read the job (else it does not exist)."""
     async with sessions() as session:
+        await job_scope(
+            session=session, principal=principal, job_id=job_id, needed=ProjectRole.viewer
+        )
         spec = (
             await session.execute(select(Job.spec).where(Job.id == job_id))
         ).scalar_one_or_none()
@@ -123,10 +130,10 @@ async def job_tensorboard_root(job_id: JobId, request: Request) -> Response:
 )
 async def job_tensorboard(job_id: JobId, path: str, request: Request) -> Response:
     """The job's TensorBoard (started on first use), proxied."""
-    _, moved = await _principal(request)  # first: no 404 tells an outsider what exists
+    principal, moved = await _principal(request)  # first: no 404 tells an outsider what exists
     settings = app_state(request, "settings", Settings)
     sessions = request.app.state.sessions
-    logdir = await _logdir(sessions, settings.checkpoints, job_id)
+    logdir = await _logdir(sessions, settings.checkpoints, job_id, principal)
     return await _serve(request, _job_board(job_id, logdir), path, moved)
 
 
@@ -159,14 +166,16 @@ async def compare_tensorboard_root(
 )
 async def compare_tensorboard(jobs: str, path: str, request: Request) -> Response:
     """One TensorBoard over several jobs' event files, a run per job and task, proxied."""
-    _, moved = await _principal(request)
+    principal, moved = await _principal(request)
     ids = _compared_ids(jobs, "-", "jobs")
     canonical = "-".join(map(str, ids))
     if jobs != canonical:
         raise NotFound(f"compare {canonical}, not {jobs}")
     settings = app_state(request, "settings", Settings)
     sessions = request.app.state.sessions
-    runs = tuple([(f"job{i}", await _logdir(sessions, settings.checkpoints, i)) for i in ids])
+    runs = tuple(
+        [(f"job{i}", await _logdir(sessions, settings.checkpoints, i, principal)) for i in ids]
+    )
     spec = BoardSpec(
         key=f"compare-{canonical}", prefix=f"/tensorboard/compare/{canonical}", runs=runs
     )

@@ -8,7 +8,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-StoredKind = Literal["admin", "viewer", "agent"]
+StoredKind = Literal["admin", "viewer", "agent"]  # what POST /tokens makes
+# Also `user`: a user's own token, made by POST /users/{name}/tokens.
+ListedKind = Literal["admin", "viewer", "agent", "user"]
 
 
 class TokenCreate(BaseModel):
@@ -28,7 +30,8 @@ class TokenCreate(BaseModel):
 class TokenRead(BaseModel):
     id: int
     name: str
-    kind: StoredKind
+    kind: ListedKind
+    user: str | None = Field(default=None, description="Whose token it is (kind user).")
     prefix: str
     created_at: datetime
     expires_at: datetime | None
@@ -43,9 +46,9 @@ class TokenCreated(TokenRead):
 class TokenSelf(BaseModel):
     """The token that made the request, as the server sees it (never its secret)."""
 
-    kind: Literal["admin", "viewer"] = Field(
+    kind: Literal["admin", "viewer", "user"] = Field(
         description="admin: may change things; viewer: may only read (the dashboard greys out "
-        "its controls)."
+        "its controls); user: what the user's roles allow in each project (GET /me)."
     )
     token_id: int | None = Field(
         description="The stored token's id (`GET /tokens`); null for a token from the server's "

@@ -222,7 +222,7 @@ async def test_findings_stay_fixed(api: Api) -> None:
         {
             "field": "stauts",
             "message": "unknown query parameter;"
-            " expected one of: limit, name, offset, q, status, tag",
+            " expected one of: limit, name, offset, project, q, status, tag",
         }
     ]
     # 401 and 403 were answered but not declared; 422 bodies were declared in FastAPI's shape.
