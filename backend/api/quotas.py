@@ -48,7 +48,7 @@ async def put_quota(
         source=source,
         action=AuditAction.quota_set,
         project_id=project.id,
-        target=project.name,
+        target=f"project {project.name}",
         detail={**body.model_dump(), "before": before.model_dump()},
     )
     await session.commit()

@@ -1,11 +1,12 @@
 """Setting a project's quotas (`PUT /projects/{name}/quota`: admin tokens only, recorded in
-the audit trail)"""
+the audit trail) and the priority quota at submission (a 422 naming both numbers)."""
 
 from __future__ import annotations
 
 from backend.teams.roles import ProjectRole
 from tests.backend.test_audit import user_token
 from tests.conftest import Api
+from tests.support.factories import make_spec
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -23,7 +24,7 @@ async def test_an_admin_token_sets_a_quota_and_it_is_recorded(api: Api) -> None:
     assert [(e["project"], e["target"], e["detail"]) for e in entries] == [
         (
             "default",
-            "default",
+            "project default",
             {
                 "max_gpus": None,
                 "max_priority": None,
@@ -32,7 +33,7 @@ async def test_an_admin_token_sets_a_quota_and_it_is_recorded(api: Api) -> None:
         ),
         (
             "default",
-            "default",
+            "project default",
             {
                 "max_gpus": 8,
                 "max_priority": 10,
@@ -61,3 +62,14 @@ async def test_only_an_admin_token_sets_quotas(api: Api) -> None:
         assert bad.status_code == 422, bad.text
         assert bad.json()["errors"][0]["field"] == field
     assert (await api.http.get("/audit", params={"action": "quota.set"})).json()["items"] == []
+
+
+async def test_a_priority_over_the_projects_maximum_is_refused_naming_both(api: Api) -> None:
+    await api.http.put("/projects/default/quota", json={"max_priority": 5})
+    refused = await api.http.post("/jobs", json=make_spec("mirrored", priority=6))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["errors"] == [
+        {"field": "priority", "message": "priority 6 is over the maximum of project default, 5"}
+    ]
+    accepted = await api.http.post("/jobs", json=make_spec("mirrored", priority=5))
+    assert accepted.status_code == 201, accepted.text
