@@ -216,3 +216,21 @@ async def test_project_admins_read_their_projects_entries_and_no_one_else_reads_
         refused = await api.http.get("/audit", headers=as_(token))
         assert refused.status_code == 403, refused.text
         assert "project admins" in refused.json()["detail"]
+
+
+async def test_a_users_change_names_them_in_the_entry_and_the_jobs_events(api: Api) -> None:
+    await connected_host(api)
+    job_id = await placed(api)  # in project default
+    erin = await user_token(api, "erin", {"default": ProjectRole.member})
+    headers = {"Authorization": f"Bearer {erin}"}
+    async with api.session() as session:
+        token_id = await session.scalar(select(ApiToken.id).where(ApiToken.name == "erin"))
+        user_id = await session.scalar(select(User.id).where(User.name == "erin"))
+
+    assert (await api.http.post(f"/jobs/{job_id}/cancel", headers=headers)).status_code == 200
+
+    (entry,) = (await audit(api.http, action="job.cancel"))["items"]
+    assert (entry["actor"], entry["user_id"], entry["token_id"]) == ("erin", user_id, token_id)
+    assert (entry["project"], entry["job_id"]) == ("default", job_id)
+    events = (await api.http.get(f"/jobs/{job_id}/events")).json()
+    assert [e["actor"] for e in events if e["to_status"] == "cancelled"] == ["erin"]
