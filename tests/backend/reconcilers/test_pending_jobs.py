@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from agents.protocol import StartTask, TaskKey
 from agents.runtime_environment import EngineInfo
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.evaluator import request_evaluator
+from backend.scheduling.reconcilers import pending_jobs as pending_jobs_module
 from backend.scheduling.reconcilers.pending_jobs import PLACEMENTS_PER_PASS, PendingJobs
 from backend.scheduling.transaction import Transaction
 from tests.backend.reconcilers.conftest import World
@@ -144,3 +149,31 @@ async def test_an_evaluator_asked_for_later_runs_in_the_image_on_an_engine_host(
     assert start.key.task == "evaluator:0"
     assert start.environment is not None and start.environment.image == IMAGE
     assert [host for host, _ in outbox.messages] == ["local-1"]
+
+
+async def test_a_job_submitted_to_a_full_cluster_is_examined_alone(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.host("host-a", gpus=1)
+    too_big = {"chief": {"count": 1, "gpus": 2}}
+    first = await world.job("mirrored", replicas=too_big)
+    examined: list[int] = []
+    real_place = pending_jobs_module.PendingJobs._place
+
+    async def counted(self: PendingJobs, tx: Transaction, job: Job, *args: Any) -> bool:
+        examined.append(job.id)
+        return await real_place(self, tx, job, *args)
+
+    monkeypatch.setattr(pending_jobs_module.PendingJobs, "_place", counted)
+    reconciler = pending_jobs(world)
+    await world.run(reconciler)
+    second = await world.job("mirrored", replicas=too_big)
+    await world.run(reconciler)
+    await world.run(reconciler)  # nothing new: nothing examined
+    assert examined == [first, second]
+    # Once the cluster changes (a host joins), every waiting job is examined again.
+    await world.host("host-b", gpus=2)
+    world.hub.changes += 1  # as the agent's attaching does
+    await world.run(reconciler)
+    assert examined[2:] == [first, second]
+    assert (await world.load(first)).status is JobStatus.scheduled
