@@ -16,6 +16,7 @@ from backend.code.schemas import LIMIT_HEADER as CODE_LIMIT_HEADER
 from backend.code.schemas import CodeBundleRead, CodeManifest
 from backend.hosts.schemas import HostRead
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
+from backend.teams.schemas import Me, MemberRead, ProjectDetail, ProjectRead, UserRead
 from backend.tokens.schemas import TokenCreated, TokenRead
 
 T = TypeVar("T")
@@ -97,6 +98,8 @@ class StrataClient:
             raise ClientError(
                 response.status_code, str(body.get("detail")), list(body.get("errors", []))
             )
+        if response.status_code == 204:  # no content: the answer must say nothing too
+            return answer.validate_python(None)
         try:
             return answer.validate_json(response.content)
         except ValidationError as exc:
@@ -148,8 +151,12 @@ class StrataClient:
         """What the stored bundle `sha256` holds (ClientError 404 when it is not stored)."""
         return self._request("GET", f"/code/{sha256}/manifest", _MANIFEST)
 
-    def jobs(self, *, statuses: list[str], limit: int, offset: int = 0) -> JobPage:
+    def jobs(
+        self, *, statuses: list[str], limit: int, offset: int = 0, project: str | None = None
+    ) -> JobPage:
         params: dict[str, Any] = {"status": statuses, "limit": limit, "offset": offset}
+        if project is not None:
+            params["project"] = project
         return self._request("GET", "/jobs", _JOB_PAGE, params=params)
 
     def job(self, job_id: int) -> JobRead:
@@ -198,6 +205,44 @@ class StrataClient:
 
     def hosts(self) -> list[HostRead]:
         return self._request("GET", "/hosts", _HOSTS)
+
+    def me(self) -> Me:
+        return self._request("GET", "/me", TypeAdapter(Me))
+
+    def users(self) -> list[UserRead]:
+        return self._request("GET", "/users", TypeAdapter(list[UserRead]))
+
+    def create_user(self, name: str) -> UserRead:
+        return self._request("POST", "/users", TypeAdapter(UserRead), json={"name": name})
+
+    def create_user_token(
+        self, user: str, name: str, expires_in_seconds: int | None
+    ) -> TokenCreated:
+        body = {"name": name, "expires_in_seconds": expires_in_seconds}
+        return self._request("POST", f"/users/{user}/tokens", _TOKEN_CREATED, json=body)
+
+    def projects(self) -> list[ProjectRead]:
+        return self._request("GET", "/projects", TypeAdapter(list[ProjectRead]))
+
+    def project(self, name: str) -> ProjectDetail:
+        return self._request("GET", f"/projects/{name}", TypeAdapter(ProjectDetail))
+
+    def create_project(
+        self, name: str, description: str = "", slurm_account: str | None = None
+    ) -> ProjectRead:
+        body = {"name": name, "description": description, "slurm_account": slurm_account}
+        return self._request("POST", "/projects", TypeAdapter(ProjectRead), json=body)
+
+    def set_member(self, project: str, user: str, role: str) -> MemberRead:
+        return self._request(
+            "PUT",
+            f"/projects/{project}/members/{user}",
+            TypeAdapter(MemberRead),
+            json={"role": role},
+        )
+
+    def remove_member(self, project: str, user: str) -> None:
+        self._request("DELETE", f"/projects/{project}/members/{user}", TypeAdapter(None))
 
     def forget_host(self, name: str) -> HostRead:
         return self._request("DELETE", f"/hosts/{name}", _HOST)

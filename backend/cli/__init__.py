@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from agents.tls import CA_FILE_ENV
-from backend.cli import agent, client, secrets, server, tokens
+from backend.cli import agent, client, secrets, server, teams, tokens
 
 app = typer.Typer(
     name="strata",
@@ -43,6 +43,7 @@ agent.register(app)
 secrets.register(app)
 client.register(app)
 tokens.register(app)
+teams.register(app)
 
 
 def main() -> None:

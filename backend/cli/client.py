@@ -31,7 +31,16 @@ ServerOption = Annotated[
 ]
 TokenOption = Annotated[
     str | None,
-    typer.Option("--token", envvar="STRATA_TOKEN", help="Admin token.", show_default=False),
+    typer.Option(
+        "--token",
+        envvar="STRATA_TOKEN",
+        help="Your token (a user's or an admin token).",
+        show_default=False,
+    ),
+]
+ProjectOption = Annotated[
+    str | None,
+    typer.Option("--project", "-p", envvar="STRATA_PROJECT", help="A project's name."),
 ]
 
 
@@ -90,15 +99,30 @@ def submit(
             help="Bundle this dir as the job's code (instead of the spec's code.dir).",
         ),
     ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            "-p",
+            envvar="STRATA_PROJECT",
+            help="Submit to this project (instead of the spec's, else your default project).",
+        ),
+    ] = None,
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
     """Submit a job spec; with a `code` section (or --code) its code dir goes with it."""
     document = read_spec(spec)  # None when it is not YAML: the server says what is wrong
     directory = None if document is None else code_dir(spec, document, code)
+    if project is not None and isinstance(document, dict):
+        document = {**document, "project": project}
     with connect(server, token) as client:
         if directory is None or not isinstance(document, dict):
-            job = client.submit(spec)
+            job = (
+                client.submit(spec)
+                if project is None or not isinstance(document, dict)
+                else client.submit_document(document)
+            )
         else:
 
             def report(bundle: Bundle, uploaded: bool) -> None:
@@ -115,7 +139,8 @@ def submit(
                 raise typer.Exit(1) from None
             job = client.submit_document(with_bundle(document, sha256))
         url = client.server
-    console.print(f"job [bold]{job.id}[/bold] ({job.name}) submitted: {job.status.value}")
+    where = f" to project {escape(job.spec.project)}" if job.spec.project else ""
+    console.print(f"job [bold]{job.id}[/bold] ({job.name}) submitted{where}: {job.status.value}")
     if follow_:
         _follow_to_the_end(url, token, job.id, None)
 
@@ -171,17 +196,21 @@ def jobs_ls(
         list[str] | None, typer.Option("--status", "-s", help="Filter by status.")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    project: ProjectOption = None,
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs of your projects (or of one), newest first."""
     with connect(server, token) as client:
-        page = client.jobs(statuses=status or [], limit=limit)
-    table = Table("ID", "NAME", "STATUS", "STRATEGY", "REPLICAS", "RESTARTS", "AGE", "REASON")
+        page = client.jobs(statuses=status or [], limit=limit, project=project)
+    table = Table(
+        "ID", "NAME", "PROJECT", "STATUS", "STRATEGY", "REPLICAS", "RESTARTS", "AGE", "REASON"
+    )
     for job in page.items:
         table.add_row(
             str(job.id),
             job.name,
+            job.spec.project or "default",
             job.status.value,
             job.strategy,
             _replicas(job.spec),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import secrets
@@ -13,6 +14,7 @@ import typer
 import uvicorn
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.app import create_app
 from backend.cli.collector import settle_for_serving
@@ -21,6 +23,8 @@ from backend.cli.server_logging import server_log_config
 from backend.config import Settings
 from backend.db import create_engine
 from backend.schema import upgrade_database
+from backend.teams.bootstrap import first_user, user_name_for
+from backend.tokens import service as tokens_service
 
 console = Console()
 
@@ -98,6 +102,53 @@ def load_or_create_tokens(data_dir: Path) -> dict[str, str]:
     return tokens
 
 
+def first_user_token(settings: Settings, os_user: str | None) -> tuple[str, str]:
+    """`strata up`'s first user (named after the OS user, admin of project `default`) and a
+    token of theirs: the one kept in the data dir while the server still takes it, else a
+    new one, kept there for the next run."""
+    path = settings.data_dir / "user-token"
+    name = user_name_for(os_user)
+
+    async def run() -> tuple[str, str]:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await upgrade_database(engine)
+            async with AsyncSession(engine, expire_on_commit=False) as session:
+                user = await first_user(session=session, name=name)
+                kept = path.read_text().strip() if path.exists() else ""
+                stored = (
+                    await tokens_service.find_usable(session=session, secret=kept) if kept else None
+                )
+                if stored is not None and stored.user_id == user.id:
+                    await session.commit()
+                    return user.name, kept
+                created = await tokens_service.create_token(
+                    session=session,
+                    name="strata-up",
+                    kind="user",
+                    expires_in_seconds=None,
+                    user=user,
+                )
+                await session.commit()
+        finally:
+            await engine.dispose()
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(created.token)
+        return user.name, created.token
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(run())
+
+
+def _os_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return None
+
+
 def up_settings(*, port: int | None, db: str | None, data_dir: Path | None) -> Settings:
     """`strata up`'s settings: the environment's, under the options given on the command line
     (so STRATA_PORT and STRATA_DATA_DIR count, and a flag wins over them), with the
@@ -169,11 +220,16 @@ def up(
         warm_pool=warm_pool,
     )
     url = local.url
+    user, user_token = first_user_token(settings, _os_user())
     console.print(f"[bold]Strata[/bold] on {url}  (data: {data_dir})")
     console.print(f"  Dashboard:   {url}/ui/?token={api_token.get_secret_value()}")
     console.print(f"  API docs:    {url}/docs")
     console.print(f"  export STRATA_SERVER={url}")
     console.print(f"  export STRATA_TOKEN={api_token.get_secret_value()}")
+    console.print(
+        f"  User {user} (admin of project default): export STRATA_TOKEN={user_token}",
+        soft_wrap=True,
+    )
     console.print(
         f"  {agents} local agent(s) with {gpus_per_agent} simulated GPU(s) each; "
         f"logs in {data_dir / 'agents'}"
