@@ -16,6 +16,7 @@ from backend.code.schemas import LIMIT_HEADER as CODE_LIMIT_HEADER
 from backend.code.schemas import CodeBundleRead, CodeManifest
 from backend.hosts.schemas import HostRead
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
+from backend.scheduling.quotas import ProjectQuotaRead
 from backend.teams.schemas import Me, MemberRead, ProjectDetail, ProjectRead, UserRead
 from backend.tokens.schemas import TokenCreated, TokenRead
 
@@ -232,6 +233,14 @@ class StrataClient:
     ) -> ProjectRead:
         body = {"name": name, "description": description, "slurm_account": slurm_account}
         return self._request("POST", "/projects", TypeAdapter(ProjectRead), json=body)
+
+    def set_quota(
+        self, project: str, *, max_gpus: int | None, max_priority: int | None
+    ) -> ProjectQuotaRead:
+        body = {"max_gpus": max_gpus, "max_priority": max_priority}
+        return self._request(
+            "PUT", f"/projects/{project}/quota", TypeAdapter(ProjectQuotaRead), json=body
+        )
 
     def set_member(self, project: str, user: str, role: str) -> MemberRead:
         return self._request(

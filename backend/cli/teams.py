@@ -96,6 +96,52 @@ def projects_ls(server: ServerOption = None, token: TokenOption = None) -> None:
     console.print(table)
 
 
+def _limit(text: str, option: str) -> int | None:
+    """A limit as given: a whole number, or `none` for no limit."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected a whole number or none, got {text!r}", param_hint=option
+        ) from None
+
+
+def projects_quota(
+    name: Annotated[str, typer.Argument(help="The project.")],
+    max_gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--max-gpus",
+            help="GPUs its native jobs may hold at once (a job over it waits); none: no limit.",
+        ),
+    ] = None,
+    max_priority: Annotated[
+        str | None,
+        typer.Option("--max-priority", help="The highest priority its jobs may ask for; none."),
+    ] = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Show a project's quotas, or set them (admin token); a quota not given stays as it is."""
+    # (the value,) when given: `none` gives (None,), no limit.
+    gpus = None if max_gpus is None else (_limit(max_gpus, "--max-gpus"),)
+    priority = None if max_priority is None else (_limit(max_priority, "--max-priority"),)
+    with connect(server, token) as client:
+        current = client.project(name)
+        shown = (current.max_gpus, current.max_priority)
+        if gpus is not None or priority is not None:
+            quota = client.set_quota(
+                name,
+                max_gpus=current.max_gpus if gpus is None else gpus[0],
+                max_priority=current.max_priority if priority is None else priority[0],
+            )
+            shown = (quota.max_gpus, quota.max_priority)
+    gpus_text, priority_text = ("no limit" if v is None else str(v) for v in shown)
+    console.print(f"project {escape(name)}: max GPUs {gpus_text}, max priority {priority_text}")
+
+
 def members_ls(
     project: Annotated[str, typer.Argument(help="The project.")],
     server: ServerOption = None,
@@ -147,6 +193,7 @@ def register(app: typer.Typer) -> None:
     projects.command("create")(projects_create)
     projects.command("ls")(projects_ls)
     projects.command("list", hidden=True)(projects_ls)
+    projects.command("quota")(projects_quota)
     members = typer.Typer(help="Who belongs to a project, in what role.", no_args_is_help=True)
     members.command("ls")(members_ls)
     members.command("list", hidden=True)(members_ls)
