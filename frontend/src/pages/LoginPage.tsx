@@ -37,8 +37,8 @@ export function LoginPage({ reason }: { reason: string | null }) {
         <h1>Sign in to Strata</h1>
         <p>
           Paste your user token: you see your projects' jobs and act on them as your role in each allows.{" "}
-          <code>strata up</code> prints a dashboard URL with its first user's token, and keeps the admin token in{" "}
-          <code>&lt;data dir&gt;/tokens.json</code>. A viewer token (<code>strata tokens create NAME</code>) shows
+          <code>strata up</code> prints one for its first user, and a dashboard URL that carries the admin token (kept in{" "}
+          <code>&lt;data dir&gt;/tokens.json</code>). A viewer token (<code>strata tokens create NAME</code>) shows
           everything and changes nothing.
         </p>
         {reason ? (
