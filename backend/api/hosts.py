@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
+from backend.api.audit import ClientSource
 from backend.api.deps import (
     AdminPrincipal,
     CallerAccess,
@@ -16,10 +17,13 @@ from backend.api.deps import (
     UsageDep,
     get_sessions,
 )
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts import service
 from backend.hosts.schemas import ClusterRead, HostRead
 from backend.hosts.snapshot import ClusterSnapshot
+from backend.scheduling.transaction import Transaction
 from backend.teams.visibility import hide_other_projects
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
@@ -38,10 +42,24 @@ async def list_hosts(session: SessionDep, usage: UsageDep, _: SignedInPrincipal)
 
 @router.delete("/hosts/{name}", response_model=HostRead, responses=error_responses(404, 409))
 async def forget_host(
-    name: HostName, controller: ControllerDep, usage: UsageDep, _: AdminPrincipal
+    name: HostName,
+    controller: ControllerDep,
+    usage: UsageDep,
+    principal: AdminPrincipal,
+    source: ClientSource,
 ) -> HostRead:
     """Forget a host that is gone, releasing its name to an agent with another identity."""
-    forgotten = await controller.forget_host(name)
+
+    async def recorded(tx: Transaction) -> None:
+        await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.host_forget,
+            target=f"host {name}",
+        )
+
+    forgotten = await controller.forget_host(name, also=recorded)
     usage.forget(name)
     return forgotten
 

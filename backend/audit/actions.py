@@ -21,3 +21,4 @@ class AuditAction(StrEnum):
     member_set = "member.set"
     member_remove = "member.remove"
     quota_set = "quota.set"
+    host_forget = "host.forget"

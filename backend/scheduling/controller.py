@@ -213,12 +213,15 @@ class Controller:
         self.wake()
         return first
 
-    async def forget_host(self, name: str) -> HostRead:
+    async def forget_host(self, name: str, *, also: Change[object] | None = None) -> HostRead:
         """Release a host's name (`strata hosts forget`); hosts.service.forget_host says when
-        it is refused. What the controller remembered about the host goes with it."""
+        it is refused. What the controller remembered about the host goes with it. `also`
+        runs first in the same transaction (the audit trail's record of the request)."""
         hub = self.backend.hub
 
         async def change(tx: Transaction) -> HostRead:
+            if also is not None:
+                await also(tx)
             # Under the lock, which a joining agent's hello takes after it is attached:
             # either it is seen connected here, or it registers the host again afterwards.
             connected = hub.connection(name)

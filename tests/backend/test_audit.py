@@ -22,7 +22,7 @@ from backend.tokens.models import ApiToken
 from backend.tokens.service import PREFIX, token_hash
 from tests.backend.test_job_actions import arranged, connected_host
 from tests.conftest import ADMIN_TOKEN, Api
-from tests.support.factories import make_spec
+from tests.support.factories import make_host, make_spec
 
 ADMIN = "admin token (from the server's settings)"  # Principal.label of the server's token
 FROM = ("10.1.2.3", 4711)  # the client's address as the server sees it
@@ -234,3 +234,17 @@ async def test_a_users_change_names_them_in_the_entry_and_the_jobs_events(api: A
     assert (entry["project"], entry["job_id"]) == ("default", job_id)
     events = (await api.http.get(f"/jobs/{job_id}/events")).json()
     assert [e["actor"] for e in events if e["to_status"] == "cancelled"] == ["erin"]
+
+
+async def test_forgetting_a_host_is_recorded_and_a_refused_forget_is_not(api: Api) -> None:
+    async with api.session() as session:
+        await make_host(session, "gone-host")
+        await session.commit()
+    assert (await api.http.delete("/hosts/gone-host")).status_code == 200
+    assert (await api.http.delete("/hosts/no-such-host")).status_code == 404
+    (entry,) = (await audit(api.http))["items"]
+    assert (entry["action"], entry["target"], entry["actor"]) == (
+        "host.forget",
+        "host gone-host",
+        ADMIN,
+    )

@@ -635,7 +635,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "project.create" | "member.set" | "member.remove" | "quota.set";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
