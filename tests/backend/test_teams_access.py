@@ -19,10 +19,14 @@ from starlette.websockets import WebSocketDisconnect
 
 from backend.app import create_app
 from backend.db import utcnow
+from backend.jobs.service import create_job
+from backend.jobs.spec import validate_spec
+from backend.jobs.states import TaskStatus
+from backend.teams import service as teams_service
 from backend.tokens.models import ApiToken
 from backend.tokens.service import token_hash
-from tests.conftest import ADMIN_TOKEN, make_settings
-from tests.support.factories import make_spec
+from tests.conftest import ADMIN_TOKEN, Api, make_settings
+from tests.support.factories import make_host, make_spec
 
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/ui/"}
 ROLES = ("viewer", "member", "admin")
@@ -357,3 +361,37 @@ def test_tensorboard_of_another_project_is_a_missing_job(team: Team) -> None:
         ids = "-".join(map(str, sorted((team.mine, team.theirs))))
         compared = client.get(f"/tensorboard/compare/{ids}/", headers=headers)
         assert compared.status_code == 404
+
+
+async def test_the_cluster_view_shows_a_user_only_their_projects_tasks(api: Api) -> None:
+    for project in ("vision", "nlp"):
+        ok(await api.http.post("/projects", json={"name": project}), 201)
+    ok(await api.http.post("/users", json={"name": "ana"}), 201)
+    ok(await api.http.put("/projects/vision/members/ana", json={"role": "viewer"}), 200)
+    ana = (await api.http.post("/users/ana/tokens", json={})).json()["token"]
+    async with api.session() as session:
+        host = await make_host(session, "host-a", gpus=2)
+        placed = {}
+        for gpu, project in enumerate(("vision", "nlp")):
+            named = await teams_service.find_project(session=session, name=project)
+            assert named is not None
+            job = await create_job(
+                session=session, spec=validate_spec(make_spec()), project_id=named.id
+            )
+            chief = next(task for task in job.tasks if task.name == "chief:0")
+            chief.host_id, chief.port, chief.gpu_indices = host.id, 42000 + gpu, [gpu]
+            chief.status = TaskStatus.running
+            placed[project] = job.id
+        await session.commit()
+    api.app.state.cluster_snapshot = None  # type: ignore[attr-defined]  # built afresh
+
+    everything = (await api.http.get("/cluster")).json()
+    (seen,) = everything["hosts"]
+    assert sorted(t["job_id"] for t in seen["tasks"]) == sorted(placed.values())
+
+    mine = (await api.http.get("/cluster", headers=bearer(ana))).json()
+    (seen,) = mine["hosts"]
+    assert [t["job_id"] for t in seen["tasks"]] == [placed["vision"]]
+    holders = [d["task"] and d["task"]["job_id"] for d in seen["devices"]]
+    assert holders == [placed["vision"], None]  # the other project's GPU: no job named
+    assert mine["totals"] == everything["totals"]  # but still taken: free GPUs stay true
