@@ -238,6 +238,8 @@ def jobs_show(
         code = [] if job.spec.code is None else describe_bundle(client, job.spec.code.sha256, files)
     console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
     console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
+    submitter = f", submitted by {job.submitted_by}" if job.submitted_by else ""
+    console.print(f"project: {escape(job.spec.project or 'default')}{escape(submitter)}")
     if job.spec.slurm is not None:
         console.print(f"slurm job: {job.slurm_job_id or 'not submitted yet'}", highlight=False)
     environment = job.spec.environment
@@ -260,13 +262,14 @@ def jobs_show(
             "-" if task.exit_code is None else str(task.exit_code),
         )
     console.print(tasks)
-    timeline = Table("AT", "EVENT", "TASK", "MESSAGE")
+    timeline = Table("AT", "EVENT", "TASK", "BY", "MESSAGE")
     for event in events:
         change = f"{event.from_status} → {event.to_status}" if event.to_status else ""
         timeline.add_row(
             event.at.strftime("%H:%M:%S"),
             event.kind + (f" {change}" if change else ""),
             event.task or "",
+            event.actor or "",  # who asked, through the API; empty: the system
             event.message or "",
         )
     console.print(timeline)

@@ -111,6 +111,9 @@ def test_users_projects_members_and_project_flags(server_url: str, tmp_path: Pat
     submitted = run_ok("submit", str(spec), "--project", "vision", url=url, token=ana)
     assert "submitted to project vision: pending" in submitted
     job_id = submitted.split()[1]
+    shown = run_ok("jobs", "show", job_id, url=url, token=ana)
+    assert "project: vision, submitted by ana" in shown
+    assert "created" in shown and " ana " in shown  # the event names who submitted it
     refused = strata("submit", str(spec), "--project", "nlp", url=url, token=ana)
     assert refused.returncode == 1 and "no project named nlp" in refused.stderr
 
