@@ -51,7 +51,7 @@ def scale_plot(scale: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     measured = [r for r in scale["runs"] if "failed" not in r]
-    figure, (latency, placing) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    figure, (latency, placing, memory) = plt.subplots(1, 3, figsize=(14, 4), layout="constrained")
     for database, style in (("sqlite", "-"), ("postgresql", "--")):
         runs = sorted(
             (r for r in measured if r.get("database", "sqlite") == database),
@@ -92,6 +92,14 @@ def scale_plot(scale: dict[str, Any], out: Path) -> None:
             color="tab:orange",
             label=f"server cores on heartbeats, {name}",
         )
+        memory.plot(
+            agents,
+            [r["server_rss_mib"] for r in runs],
+            style,
+            marker="o",
+            color="tab:green",
+            label=f"server RSS, {name}",
+        )
     latency.axhline(50, color="tab:red", linestyle=":", label="GET /jobs target (50 ms)")
     latency.set_xscale("log")
     latency.set_xlabel("simulated agents")
@@ -103,6 +111,12 @@ def scale_plot(scale: dict[str, Any], out: Path) -> None:
     placing.set_xlabel("simulated agents (N jobs, 10 N tasks)")
     placing.legend(fontsize=7)
     placing.set_title("Placement and heartbeat load")
+    memory.axhline(400, color="tab:red", linestyle=":", label="target (400 MiB)")
+    memory.set_xscale("log")
+    memory.set_xlabel("simulated agents")
+    memory.set_ylabel("MiB")
+    memory.legend(fontsize=7)
+    memory.set_title("Server memory, all jobs running")
     figure.savefig(out, dpi=110)
     plt.close(figure)
 

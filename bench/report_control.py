@@ -277,13 +277,16 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         "PostgreSQL cluster) and N simulated agents, light",
         "clients speaking the real agent protocol over real websockets from 4 processes, each",
         f"declaring {scale['gpus_per_agent']} GPUs and heartbeating every second. N",
-        "parameter_server jobs of 10 tasks (8 one-GPU workers) are submitted at once; the",
-        "latencies are measured once all of them run, with every agent heartbeating.",
+        "parameter_server jobs of 10 tasks (8 one-GPU workers) are submitted at once, 8",
+        "requests at a time; the latencies are measured once all of them run, with every agent",
+        "heartbeating. The server, the agents' processes and the benchmark share the machine's",
+        f"{scale['machine'].get('nproc', '?')} cores, and so may other work: the load average",
+        "(1 min) at the start and the end of each run is in the last column.",
         "",
         "| Database | Agents | Tasks | Submit N jobs | All running | GET /jobs p50/p99 | "
         "GET /cluster p50/p99 | GET /jobs/{id} p50/p99 | POST /jobs p50/p99 | "
-        "Server CPU, heartbeats | Server RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "Server CPU, heartbeats | Server RSS | Load average |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def latency(run: dict[str, Any], key: str) -> str:
@@ -296,7 +299,7 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         if "failed" in run:
             lines.append(
                 f"| {database} | {run['agents']:,} | {run['tasks']:,} | {run['failed']} |"
-                + " |" * 7
+                + " |" * 8
             )
             continue
         lines.append(
@@ -304,7 +307,8 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             f"{run['submit_seconds']:.1f} s | {run['place_and_start_seconds']:.1f} s | "
             f"{latency(run, 'get_jobs')} | {latency(run, 'get_cluster')} | "
             f"{latency(run, 'get_job')} | {latency(run, 'post_jobs')} | "
-            f"{run['server_cores_heartbeats_only']:.2f} cores | {run['server_rss_mib']:.0f} MiB |"
+            f"{run['server_cores_heartbeats_only']:.2f} cores | {run['server_rss_mib']:.0f} MiB | "
+            f"{_loads(run)} |"
         )
     for run in scale["runs"]:
         where = f"{run['agents']:,} agents on {_database(run)}"
@@ -327,6 +331,11 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             if profile.get("busy_samples"):
                 lines += ["", f"{what} with {where}, {_profile_text(profile)}"]
     return [*lines, ""]
+
+
+def _loads(run: dict[str, Any]) -> str:
+    loads = run.get("load_average")
+    return f"{loads[0]:.1f} → {loads[1]:.1f}" if loads else "not recorded"
 
 
 def _profile_text(profile: dict[str, Any]) -> str:
@@ -389,6 +398,24 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
     for database in sorted({run.get("database", "sqlite") for run in measured}):
         on_it = [run for run in measured if run.get("database", "sqlite") == database]
         largest = max(on_it, key=lambda run: run["agents"])
+        placed = largest["place_and_start_seconds"]
+        if largest["agents"] >= TARGET_AGENTS and placed > 15:
+            profile = largest.get("placing_profile") or {}
+            loads = largest.get("load_average")
+            notes.append(
+                f"- **{largest['agents']:,} jobs placed and running on {_database(largest)}**: "
+                f"{placed:.0f} s against 15 s ({largest['agents'] / placed:.0f} jobs/s; "
+                f"submitting them, 8 requests at a time, took {largest['submit_seconds']:.0f} s "
+                "of it"
+                + (
+                    ": placement kept up with the submissions)"
+                    if placed - largest["submit_seconds"] < 5
+                    else ")"
+                )
+                + (f", with the machine's load average {_loads(largest)}" if loads else "")
+                + ". "
+                + (_profile_text(profile) if profile.get("busy_samples") else "")
+            )
         p99, p50 = largest["get_jobs"]["p99_ms"], largest["get_jobs"]["p50_ms"]
         if largest["agents"] >= TARGET_AGENTS and p99 > 50:
             profile = largest.get("get_jobs_profile") or {}

@@ -41,3 +41,4 @@ def test_a_hundred_agents_run_a_hundred_jobs(
         assert result[key]["n"] >= 5 and result[key]["p99_ms"] >= result[key]["p50_ms"] > 0, key
     assert result["place_and_start_seconds"] >= result["submit_seconds"] > 0
     assert result["server_rss_mib"] > 0
+    assert len(result["load_average"]) == 2  # the page says how shared the machine was
