@@ -62,7 +62,12 @@ from bench.harness import (
     machine_info,
     spread,
 )
-from bench.recovery import WARM_POOL, idle_warm_processes, tensorflow_import_seconds
+from bench.recovery import (
+    WARM_POOL,
+    idle_warm_processes,
+    tensorflow_import_seconds,
+    warm_process_pids,
+)
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 from tests.support.postgres import free_port
 
@@ -70,6 +75,7 @@ PYTHON = sys.executable
 STRATEGIES = ("parameter_server", "multi_worker_mirrored")
 FIRST_STEP = re.compile(r"strata-example: first step at wall_time=([0-9.]+)")
 SERVER, AGENTS = "server", "agents"  # the control plane's processes, in CPU samples
+REFILLS = "refills"  # warm processes importing beside a warm run (part of the machine's rest)
 TASK_PROFILE_RATE = 100  # samples/s per task: two tasks may be sampled at once
 EPOCH_END = re.compile(r"^epoch=(\d+) loss=\S+ accuracy=\S+ wall_time=([0-9.]+)")
 
@@ -84,7 +90,10 @@ class Plan:
 
 
 FULL = Plan(runs=5, epochs=12, steps_per_epoch=40)
-QUICK = Plan(runs=2, epochs=6, steps_per_epoch=30, import_repeats=2)
+# 9 epochs: the steps/s window (8 x 30 steps, ~5 s) is long enough that one burst of other
+# work on a shared machine does not decide a run.
+QUICK = Plan(runs=2, epochs=9, steps_per_epoch=30, import_repeats=2)
+READY = re.compile(r"warm process (\d+) ready")
 
 
 @dataclass
@@ -101,6 +110,10 @@ class Run:
     # CPU milliseconds per training step in the steps/s window, by task ("chief:0", ...), for
     # the control plane (Strata) and for the whole machine: where the cores went.
     cpu_ms_per_step: dict[str, float] | None = None
+    # Strata with warm starts: the warm processes refilling the pools a second after the job's
+    # tasks started, by the scheduling policy of their main thread ("idle": SCHED_IDLE, as
+    # they should import, taking only CPU that nothing else wants; "normal").
+    refills: dict[str, int] | None = None
 
 
 def tasks_of(strategy: str) -> list[tuple[str, int]]:
@@ -301,6 +314,10 @@ def run_under_strata(
             for task, pid in pids.items():
                 sampler.watch(task, pid)
             recorders = profile_tasks(pids, strategy, profiles)
+            refills = None
+            if warm:
+                refills, importing = refill_scheduling(cluster, set(pids.values()))
+                sampler.watch(REFILLS, *importing)
             # Polling the server while the job trains would cost it CPU that the hand-started
             # variant does not pay: wait for the lead process to end, then ask once or twice.
             wait_exited(pids[lead_task(strategy)], timeout=600)
@@ -328,7 +345,29 @@ def run_under_strata(
     run.machine_cores = round(machine_cores, 2)
     run.control_plane_cores = round(control_cores, 2)
     run.cpu_ms_per_step = cpu_per_step(sampler, window, plan)
+    run.refills = refills
     return run
+
+
+def refill_scheduling(
+    cluster: Cluster, tasks: set[int], after: float = 1.0
+) -> tuple[dict[str, int], list[int]]:
+    """The warm processes that are importing (neither the job's tasks nor ready in their
+    agent's log) `after` seconds from now, counted by their main thread's scheduling policy,
+    and their pids."""
+    time.sleep(after)  # the refills' interpreters start before they lower their priority
+    ready = set()
+    for log in (cluster.data_dir / "agents").glob("*.log"):
+        ready |= {int(pid) for pid in READY.findall(log.read_text(errors="replace"))}
+    counts, importing = {"idle": 0, "normal": 0}, []
+    for pid in set(warm_process_pids()) - tasks - ready:
+        try:
+            idle = os.sched_getscheduler(pid) == os.SCHED_IDLE
+        except OSError:  # it just became ready and was taken, or ended
+            continue
+        counts["idle" if idle else "normal"] += 1
+        importing.append(pid)
+    return counts, importing
 
 
 def wait_exited(pid: int, timeout: float) -> None:
@@ -363,9 +402,11 @@ def ray_variant() -> tuple[Any, str] | None:
     """Ray Train's runner and version, when ray is installed (the bench extra)."""
     try:
         from bench import ray_peer
+
+        # PackageNotFoundError, an ImportError, when ray is not installed.
+        return ray_peer.ray_mwm_run, ray_peer.ray_version()
     except ImportError:
         return None
-    return ray_peer.ray_mwm_run, ray_peer.ray_version()
 
 
 def variants_for(strategy: str, with_ray: bool) -> list[str]:
@@ -461,7 +502,7 @@ def profile_tasks_of_jobs(cluster: Cluster, plan: Plan, workdir: Path) -> dict[s
     return summaries
 
 
-def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, Any]:
+def summarise(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Per job: each variant's spread, and Strata's ratios to the others run by run."""
     summary: dict[str, Any] = {}
     for strategy, variants in runs.items():
@@ -471,6 +512,11 @@ def summarise(runs: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, A
                 "launch_s": spread([r["launch_s"] for r in measured]),
                 "steps_per_s": spread([r["steps_per_s"] for r in measured]),
             }
+            refills = [r["refills"] for r in measured if r.get("refills")]
+            if refills:
+                entry[variant]["refills"] = {
+                    policy: sum(r.get(policy, 0) for r in refills) for policy in ("idle", "normal")
+                }
             for optional in ("spawned_s", "machine_cores", "control_plane_cores"):
                 values = [r[optional] for r in measured if r.get(optional) is not None]
                 if values:
@@ -506,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs is not None:
         plan = Plan(**{**asdict(plan), "runs": args.runs})
     began = time.monotonic()
+    machine = machine_info()  # the load average at the start, before the run adds its own
     with tempfile.TemporaryDirectory(prefix="strata-bench-launch-") as tmp:
         workdir = Path(tmp)
         print(f"launch: TensorFlow import floor ({plan.import_repeats} runs)", flush=True)
@@ -513,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  import tensorflow: {floor['median']:.2f} s", flush=True)
         measured = measure(plan, not args.no_ray, workdir)
     result = {
-        "machine": machine_info(),
+        "machine": machine,
         "plan": asdict(plan),
         "quick": args.quick,
         "tensorflow_import_s": floor,
