@@ -299,7 +299,8 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         if "failed" in run:
             lines.append(
                 f"| {database} | {run['agents']:,} | {run['tasks']:,} | {run['failed']} |"
-                + " |" * 8
+                + " |" * 7
+                + f" {_loads(run)} |"
             )
             continue
         lines.append(
@@ -331,6 +332,10 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             if profile.get("busy_samples"):
                 lines += ["", f"{what} with {where}, {_profile_text(profile)}"]
     return [*lines, ""]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _loads(run: dict[str, Any]) -> str:
@@ -414,7 +419,7 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
                 )
                 + (f", with the machine's load average {_loads(largest)}" if loads else "")
                 + ". "
-                + (_profile_text(profile) if profile.get("busy_samples") else "")
+                + (_sentence(_profile_text(profile)) if profile.get("busy_samples") else "")
             )
         p99, p50 = largest["get_jobs"]["p99_ms"], largest["get_jobs"]["p50_ms"]
         if largest["agents"] >= TARGET_AGENTS and p99 > 50:
