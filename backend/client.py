@@ -216,6 +216,10 @@ class StrataClient:
     def create_user(self, name: str) -> UserRead:
         return self._request("POST", "/users", TypeAdapter(UserRead), json={"name": name})
 
+    def set_user_disabled(self, name: str, disabled: bool) -> UserRead:
+        body = {"disabled": disabled}
+        return self._request("PATCH", f"/users/{name}", TypeAdapter(UserRead), json=body)
+
     def create_user_token(
         self, user: str, name: str, expires_in_seconds: int | None
     ) -> TokenCreated:

@@ -36,6 +36,7 @@ from backend.teams.schemas import (
     UserCreate,
     UserRead,
     UserTokenCreate,
+    UserUpdate,
 )
 from backend.tokens import service as tokens_service
 from backend.tokens.schemas import TokenCreated
@@ -125,6 +126,29 @@ async def create_user(
     )
     await session.commit()
     return _user_read(user, {})
+
+
+@router.patch("/users/{name}", response_model=UserRead, responses=error_responses(404))
+async def update_user(
+    name: UserName,
+    body: UserUpdate,
+    session: SessionDep,
+    principal: AdminPrincipal,
+    source: ClientSource,
+) -> UserRead:
+    """Disable a user (every token of theirs is refused from the next request on; their jobs
+    and memberships stay) or enable them again (admin tokens only)."""
+    user = await service.get_user(session=session, name=name)
+    if await service.set_disabled(session=session, user=user, disabled=body.disabled):
+        await audit.record(
+            session=session,
+            principal=principal,
+            source=source,
+            action=AuditAction.user_disable if body.disabled else AuditAction.user_enable,
+            target=f"user {user.name}",
+        )
+    await session.commit()
+    return _user_read(user, await _project_names(session))
 
 
 @router.post(

@@ -17,6 +17,8 @@ class AuditAction(StrEnum):
     token_create = "token.create"  # noqa: S105 - an action, not a secret
     token_revoke = "token.revoke"  # noqa: S105 - an action, not a secret
     user_create = "user.create"
+    user_disable = "user.disable"
+    user_enable = "user.enable"
     project_create = "project.create"
     member_set = "member.set"
     member_remove = "member.remove"

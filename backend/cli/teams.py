@@ -42,6 +42,30 @@ def users_ls(server: ServerOption = None, token: TokenOption = None) -> None:
     console.print(table)
 
 
+def users_disable(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Disable a user (admin token): every token of theirs is refused from now on; their jobs
+    and memberships stay."""
+    with connect(server, token) as client:
+        client.set_user_disabled(name, True)
+    console.print(f"user {escape(name)} disabled")
+
+
+def users_enable(
+    name: Annotated[str, typer.Argument(help="The user.")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Enable a disabled user again (admin token): their tokens that are neither revoked nor
+    expired work again."""
+    with connect(server, token) as client:
+        client.set_user_disabled(name, False)
+    console.print(f"user {escape(name)} enabled")
+
+
 def users_token(
     name: Annotated[
         str, typer.Argument(help="The user (yourself, or anyone with an admin token).")
@@ -187,6 +211,8 @@ def register(app: typer.Typer) -> None:
     users.command("ls")(users_ls)
     users.command("list", hidden=True)(users_ls)
     users.command("token")(users_token)
+    users.command("disable")(users_disable)
+    users.command("enable")(users_enable)
     app.add_typer(users, name="users")
 
     projects = typer.Typer(help="Projects and their members.", no_args_is_help=True)

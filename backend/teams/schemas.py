@@ -33,6 +33,15 @@ class UserRead(BaseModel):
     default_project: str | None = Field(description="Where their jobs go when a spec names none.")
 
 
+class UserUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    disabled: bool = Field(
+        description="true: every token of the user is refused from the next request on "
+        "(streams already open run until they reconnect); false: accepted again."
+    )
+
+
 class UserTokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

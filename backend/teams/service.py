@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from backend.db import utcnow
 from backend.errors import Conflict, Forbidden, NotFound
 from backend.teams.access import Access
 from backend.teams.models import Project, ProjectMember, User
@@ -89,6 +90,16 @@ async def get_user(*, session: AsyncSession, name: str) -> User:
     if user is None:
         raise NotFound(f"no user named {name}")
     return user
+
+
+async def set_disabled(*, session: AsyncSession, user: User, disabled: bool) -> bool:
+    """Disable the user (their tokens are refused from the next request on) or enable them
+    again; False when they already were as asked."""
+    if (user.disabled_at is not None) == disabled:
+        return False
+    user.disabled_at = utcnow() if disabled else None
+    await session.flush()
+    return True
 
 
 async def create_project(

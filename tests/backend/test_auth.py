@@ -36,6 +36,7 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/me"),
     ("GET", "/users"),
     ("POST", "/users"),
+    ("PATCH", "/users/alice"),
     ("POST", "/users/alice/tokens"),
     ("GET", "/projects"),
     ("POST", "/projects"),

@@ -144,6 +144,7 @@ def expected_outside_jobs(method: str, path: str, role: str) -> set[int] | None:
         ("GET", "/me"): None,
         ("GET", "/users"): admin_only,
         ("POST", "/users"): admin_only,
+        ("PATCH", "/users/{name}"): admin_only,  # not even to disable themselves
         ("POST", "/users/{name}/tokens"): None,  # for themselves
         ("GET", "/projects"): None,
         ("POST", "/projects"): admin_only,

@@ -132,3 +132,11 @@ def test_users_projects_members_and_project_flags(server_url: str, tmp_path: Pat
         "projects", "members", "remove", "vision", "ana", url=url
     )
     assert f" {job_id} " not in run_ok("jobs", "ls", url=url, token=ana)
+
+    # Disabled, her token is refused; enabled again, it works.
+    assert "user ana disabled" in run_ok("users", "disable", "ana", url=url)
+    assert "disabled" in run_ok("users", "ls", url=url)
+    shut_out = strata("projects", "ls", url=url, token=ana)
+    assert shut_out.returncode == 1 and "401" in shut_out.stderr
+    assert "user ana enabled" in run_ok("users", "enable", "ana", url=url)
+    run_ok("projects", "ls", url=url, token=ana)

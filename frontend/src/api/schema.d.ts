@@ -605,6 +605,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/users/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Update User
+         * @description Disable a user (every token of theirs is refused from the next request on; their jobs
+         *     and memberships stay) or enable them again (admin tokens only).
+         */
+        patch: operations["update_user_users__name__patch"];
+        trace?: never;
+    };
     "/users/{name}/tokens": {
         parameters: {
             query?: never;
@@ -635,7 +656,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
@@ -2083,6 +2104,14 @@ export interface components {
              * @default cli
              */
             name: string;
+        };
+        /** UserUpdate */
+        UserUpdate: {
+            /**
+             * Disabled
+             * @description true: every token of the user is refused from the next request on (streams already open run until they reconnect); false: accepted again.
+             */
+            disabled: boolean;
         };
     };
     responses: never;
@@ -4172,6 +4201,69 @@ export interface operations {
             };
             /** @description The request is not allowed in the resource's current state. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    update_user_users__name__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserUpdate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
