@@ -220,11 +220,14 @@ def _warm_steps_note(ratio: float, cold: dict[str, Any], warm: dict[str, Any]) -
         )
         if REFILLS in parts["w"]:
             text += f", of which the refills {parts['w'][REFILLS]:.2f} ms"
-        if tasks["w"] <= 1.1 * tasks["c"]:
+        if tasks["w"] <= 1.1 * tasks["c"] and parts["w"][OTHER] > 1.1 * parts["c"][OTHER]:
             text += (
                 ": the tasks cost about the same CPU per step, so the warm steps waited for"
                 " cores that other work held."
             )
+        elif tasks["w"] <= 1.1 * tasks["c"]:
+            # Nothing beside the warm runs took more: what is left is how runs vary.
+            text += ": the same CPU per step and no more work beside them than cold."
         else:
             extra = 100 * (tasks["w"] / tasks["c"] - 1)
             text += f": the tasks' own CPU per step was {extra:.0f}% higher warm."

@@ -7,7 +7,10 @@ one for an attempt that can start warm (``warm_start_refusal`` says when it cann
 pool starts another in the background. A warm process serves one attempt and is never reused.
 
 The pool holds at most ``size`` idle processes and, together, at most ``memory_budget`` bytes
-of their resident memory, measured on each one once it is ready.
+of their resident memory, measured on each one once it is ready. A refill (after a process was
+taken) waits while the host has less than one CPU free, for at most ``REFILL_PATIENCE``
+seconds: even at idle priority an import beside CPU-bound training slowed its steps by 10-15%
+on a two-core host.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ READY_SECONDS = 600.0
 MAX_EARLY_OUTPUT = 256 * 1024  # what a warm process printed before its task (import warnings)
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0)  # after warm processes that failed to get ready
 DEFAULT_MEMORY_SHARE = 0.25  # of the host's memory, for idle warm processes together
+REFILL_PATIENCE = 30.0  # the longest a refill waits for a free CPU before it starts anyway
+FREE_CPU_WINDOW = 1.0  # seconds of /proc/stat over which a CPU counts as free or not
+
+CpuTimes = tuple[float, float]  # (idle, total) clock ticks of all CPUs since boot
 
 # Variables read while the interpreter starts or TensorFlow is imported: a task whose
 # environment gives one of them another value than the warm process had cannot be the same
@@ -180,6 +187,24 @@ def default_size(gpus: int) -> int:
     return gpus + 1
 
 
+def cpu_times() -> CpuTimes | None:
+    """All CPUs' idle and total ticks (/proc/stat's first line); None where it cannot be read."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [float(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user..steal
+
+
+def free_cpus(before: CpuTimes, after: CpuTimes, cpus: int) -> float:
+    """How many CPUs were idle on average between two samples."""
+    total = after[1] - before[1]
+    return cpus * (after[0] - before[0]) / total if total > 0 else float(cpus)
+
+
 @dataclass
 class WarmProcess:
     """One warm process, ready or not: its pipes (read since it started) and its socket."""
@@ -311,8 +336,13 @@ class WarmPool:
         size: int,
         memory_budget: int | None,
         env: dict[str, str] | None = None,
+        refill_patience: float = REFILL_PATIENCE,
+        sample_cpu: Callable[[], CpuTimes | None] = cpu_times,
     ) -> None:
         self.size = size
+        self.refill_patience = refill_patience
+        self._sample_cpu = sample_cpu
+        self._taken = False  # a process was taken: what starts now is a refill
         self.memory_budget = memory_budget
         self.env = env if env is not None else warm_env(os.environ)
         self.idle: list[WarmProcess] = []
@@ -360,6 +390,7 @@ class WarmPool:
             self._wanted.set()
             if process.alive:
                 process.taken = True
+                self._taken = True
                 log.info("warm process %s taken (%d idle left)", process.pid, len(self.idle))
                 return process
             process.discard()
@@ -386,6 +417,8 @@ class WarmPool:
                 self.idle.remove(gone)
                 gone.discard()
             while len(self.idle) < self._capacity():
+                if self._taken:
+                    await self.until_a_cpu_is_free()
                 try:
                     process = await start_warm_process(self.env)
                 except RuntimeError as exc:
@@ -413,6 +446,25 @@ class WarmPool:
                     len(self.idle),
                     (process.rss or 0) / 2**20,
                 )
+
+    async def until_a_cpu_is_free(self) -> None:
+        """Wait while the host has less than one CPU free (tasks training on them), at most
+        ``refill_patience`` seconds; at once where /proc/stat cannot be read."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.refill_patience
+        cpus = os.cpu_count() or 1
+        before = self._sample_cpu()
+        while before is not None and loop.time() < deadline:
+            await asyncio.sleep(FREE_CPU_WINDOW)
+            after = self._sample_cpu()
+            if after is None or free_cpus(before, after, cpus) >= 1.0:
+                return
+            before = after
+        if before is not None:
+            log.info(
+                "refilling the warm pool although the host has no CPU free (waited %.0f s)",
+                self.refill_patience,
+            )
 
     async def close(self) -> None:
         if self._filler is not None:
