@@ -40,7 +40,7 @@ def strata(
 def test_submit_list_show_cancel(server_url: str) -> None:
     submitted = strata("submit", "examples/digits_ps.yaml", url=server_url)
     assert submitted.returncode == 0, submitted.stderr
-    assert "submitted: pending" in submitted.stdout
+    assert "submitted to project default: pending" in submitted.stdout
     job_id = submitted.stdout.split()[1]
 
     listed = strata("jobs", "ls", url=server_url)
