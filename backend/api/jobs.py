@@ -97,6 +97,9 @@ async def submit_job(
         commands=None if slurm is None else slurm.commands,
         project_account=project.slurm_account,  # what sbatch will be given
     )
+    # The connection goes back to the pool before the wait for the controller's lock: many
+    # submissions waiting there must not hold every connection the controller needs to write.
+    await session.rollback()
 
     async def create(tx: Transaction) -> int:
         # Recorded first, so that the job's first event names who submitted it too.
