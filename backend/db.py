@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import DateTime, MetaData, event, text
 from sqlalchemy.engine import Dialect
@@ -25,6 +26,9 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+T = TypeVar("T")
 
 
 class Base(DeclarativeBase):
@@ -107,3 +111,24 @@ async def ping(*, session: AsyncSession) -> str:
     the name of its dialect: sqlite or postgresql."""
     await session.execute(text("SELECT 1"))
     return session.get_bind().dialect.name
+
+
+async def to_the_end(call: Awaitable[T]) -> T:
+    """Await a database call to its end even when the awaiting task is cancelled meanwhile,
+    then pass the cancellation on.
+
+    Websocket handlers are cancelled when their client goes away, and anyio cancels again on
+    every pass of the loop: a query cut off that way makes SQLAlchemy close its connection
+    twice over, and aiosqlite can then wait forever on a worker thread that has already
+    stopped, so that the event loop never finishes shutting down.
+    """
+    task = asyncio.ensure_future(call)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # unlike awaiting the task, never cancels it
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return task.result()

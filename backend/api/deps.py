@@ -16,7 +16,7 @@ from starlette.requests import HTTPConnection
 from agents.protocol import MAX_INT32
 from backend.auth import Principal, TokenKind, TokenRegistry
 from backend.config import Settings
-from backend.db import session_scope
+from backend.db import session_scope, to_the_end
 from backend.errors import Forbidden, NotFound
 from backend.hosts.usage import UsageBoard
 from backend.jobs.models import Job
@@ -258,4 +258,4 @@ async def websocket_principal(websocket: WebSocket) -> Principal | None:
     token = credentials if scheme.lower() == "bearer" else websocket.query_params.get("token")
     if not token:
         return None
-    return await identify(websocket.app, token)
+    return await to_the_end(identify(websocket.app, token))

@@ -32,9 +32,10 @@ from backend.api.deps import (
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import Principal, TokenKind
 from backend.config import Settings
+from backend.db import to_the_end
 from backend.errors import NotFound
 from backend.jobs import service
-from backend.jobs.models import Job
+from backend.jobs.models import Job, JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
 from backend.streams.events import event_frame
@@ -149,7 +150,9 @@ async def _job_stream(inbound: Inbound, job_id: int) -> None:
     broker = get_broker(websocket)
     async with get_sessions(websocket)() as session:
         # A job of a project the caller is not in is closed exactly as a missing one.
-        if not 1 <= job_id <= MAX_INT32 or not await _may_read(session, inbound, job_id):
+        if not 1 <= job_id <= MAX_INT32 or not await to_the_end(
+            _may_read(session, inbound, job_id)
+        ):
             await close(
                 websocket, POLICY_VIOLATION, f"job {job_id} does not exist", cause="unknown_job"
             )
@@ -181,14 +184,7 @@ async def _cluster_stream(inbound: Inbound) -> None:
         return
     subscription = get_broker(websocket).subscribe([CLUSTER_TOPIC])
     try:
-        async with get_sessions(websocket)() as session:
-            access = await load_access(session=session, principal=_principal_of(inbound))
-            rows = await service.latest_events(
-                session=session,
-                after_id=cursor.event,
-                limit=CLUSTER_HISTORY_EVENTS,
-                project_ids=access.project_ids,
-            )
+        access, rows = await to_the_end(_cluster_history(inbound, cursor))
         for row in rows:
             cursor.event = row.id
             await _send(websocket, event_frame(row), cursor)
@@ -197,6 +193,18 @@ async def _cluster_stream(inbound: Inbound) -> None:
         raise
     visible = None if access.project_ids is None else _VisibleJobs(websocket, access)
     await _live(inbound, subscription, cursor, visible)
+
+
+async def _cluster_history(inbound: Inbound, cursor: Cursor) -> tuple[Access, list[JobEvent]]:
+    async with get_sessions(inbound.websocket)() as session:
+        access = await load_access(session=session, principal=_principal_of(inbound))
+        rows = await service.latest_events(
+            session=session,
+            after_id=cursor.event,
+            limit=CLUSTER_HISTORY_EVENTS,
+            project_ids=access.project_ids,
+        )
+    return access, rows
 
 
 class _VisibleJobs:
@@ -212,14 +220,17 @@ class _VisibleJobs:
         if not isinstance(job_id, int):
             return True  # about no job
         if job_id not in self._known:
-            async with get_sessions(self._websocket)() as session:
-                project_id = await session.scalar(select(Job.project_id).where(Job.id == job_id))
+            project_id = await to_the_end(self._project_of(job_id))
             if len(self._known) >= _VISIBLE_CACHE:
                 self._known.clear()
             self._known[job_id] = project_id is not None and (
                 self._access.role_in(project_id) is not None
             )
         return self._known[job_id]
+
+    async def _project_of(self, job_id: int) -> int | None:
+        async with get_sessions(self._websocket)() as session:
+            return await session.scalar(select(Job.project_id).where(Job.id == job_id))
 
 
 _VISIBLE_CACHE = 10_000

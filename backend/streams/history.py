@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import MetricPoint as WirePoint
+from backend.db import to_the_end
 from backend.jobs.models import JobEvent, Task
 from backend.streams.cursor import Cursor, attempt_id
 from backend.streams.events import event_frame
@@ -26,35 +27,45 @@ POINTS_PER_FRAME = 5_000
 async def job_history(
     *, session: AsyncSession, logs: LogStore, job_id: int, cursor: Cursor
 ) -> AsyncIterator[EventFrame | CheckpointFrame | MetricsFrame | LogFrame]:
-    """Frames of history after the cursor, advancing the cursor as they are produced."""
+    """Frames of history after the cursor, advancing the cursor as they are produced.
+
+    Each read runs to its end even if the client leaves meanwhile (see `to_the_end`)."""
     events = list(
-        await session.scalars(
-            select(JobEvent)
-            .where(JobEvent.job_id == job_id, JobEvent.id > cursor.event)
-            .order_by(JobEvent.id.desc())
-            .limit(HISTORY_EVENTS)
+        await to_the_end(
+            session.scalars(
+                select(JobEvent)
+                .where(JobEvent.job_id == job_id, JobEvent.id > cursor.event)
+                .order_by(JobEvent.id.desc())
+                .limit(HISTORY_EVENTS)
+            )
         )
     )
     for row in reversed(events):
         cursor.event = row.id
         yield event_frame(row)
 
-    tasks = list(await session.scalars(select(Task).where(Task.job_id == job_id).order_by(Task.id)))
+    tasks = list(
+        await to_the_end(
+            session.scalars(select(Task).where(Task.job_id == job_id).order_by(Task.id))
+        )
+    )
     for task in tasks:
         for attempt in range(task.attempt + 1):
             key = attempt_id(task.name, attempt)
             after = cursor.metrics.get(key, -1)
             rows = list(
-                await session.scalars(
-                    select(MetricPoint)
-                    .where(
-                        MetricPoint.job_id == job_id,
-                        MetricPoint.task == task.name,
-                        MetricPoint.attempt == attempt,
-                        MetricPoint.seq > after,
+                await to_the_end(
+                    session.scalars(
+                        select(MetricPoint)
+                        .where(
+                            MetricPoint.job_id == job_id,
+                            MetricPoint.task == task.name,
+                            MetricPoint.attempt == attempt,
+                            MetricPoint.seq > after,
+                        )
+                        .order_by(MetricPoint.seq.desc())
+                        .limit(HISTORY_POINTS)
                     )
-                    .order_by(MetricPoint.seq.desc())
-                    .limit(HISTORY_POINTS)
                 )
             )
             rows.reverse()
