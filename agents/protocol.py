@@ -16,13 +16,15 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     TypeAdapter,
     model_serializer,
+    model_validator,
 )
 
 from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
-# 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage
-PROTOCOL_VERSION = 5
+# 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage;
+# 6: Heartbeat.running_unchanged
+PROTOCOL_VERSION = 6
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -151,7 +153,24 @@ class UsageReport(_Message):
 class Heartbeat(_Message):
     type: Literal["heartbeat"] = "heartbeat"
     running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
+    # True: the agent runs what its last hello or heartbeat on this connection listed, and
+    # `running` is left empty. Reading a thousand agents' unchanged lists every second was
+    # most of what heartbeats cost the server.
+    running_unchanged: bool = False
     usage: UsageReport | None = None  # in a heartbeat every few seconds, not in each one
+
+    @model_validator(mode="after")
+    def _one_list(self) -> Heartbeat:
+        if self.running_unchanged and self.running:
+            raise ValueError("running_unchanged: true comes with an empty running list")
+        return self
+
+    def since(self, last: list[RunningTask] | None) -> Heartbeat:
+        """This heartbeat as sent after one that listed `last` on the same connection (None:
+        nothing listed yet): an unchanged list is left out."""
+        if last is None or self.running != last:
+            return self
+        return self.model_copy(update={"running": [], "running_unchanged": True})
 
 
 class TaskStarted(_Message):

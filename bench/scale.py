@@ -118,7 +118,7 @@ class SimulatedAgent:
         welcome = server_message.validate_json(await ws.recv())
         if not isinstance(welcome, Welcome):
             raise RuntimeError(f"expected welcome, got {welcome.type}")
-        beat = asyncio.create_task(self._heartbeat(ws, welcome.heartbeat_seconds))
+        beat = asyncio.create_task(self._heartbeat(ws, welcome.heartbeat_seconds, hello.running))
         try:
             async for raw in ws:
                 await self._handle(ws, server_message.validate_json(raw))
@@ -136,10 +136,13 @@ class SimulatedAgent:
     def _running(self) -> list[RunningTask]:
         return [RunningTask(key=key, pid=pid) for key, pid in self.running.items()]
 
-    async def _heartbeat(self, ws: Any, period: float) -> None:
+    async def _heartbeat(self, ws: Any, period: float, listed: list[RunningTask]) -> None:
+        # As a real agent's channel does: an unchanged running list is left out.
         while True:
             await asyncio.sleep(period)
-            await ws.send(Heartbeat(running=self._running()).model_dump_json())
+            beat = Heartbeat(running=self._running())
+            await ws.send(beat.since(listed).model_dump_json())
+            listed = beat.running
 
 
 def agents_process(url: str, token: str, indices: Sequence[int], control: Connection) -> None:

@@ -19,6 +19,7 @@ from agents.protocol import (
     Hello,
     LogsAck,
     Refused,
+    RunningTask,
     ServerMessage,
     StartTask,
     StopTask,
@@ -138,7 +139,8 @@ class Channel:
                 await asyncio.sleep(backoff.next())
 
     async def _session(self, websocket: ClientConnection, backoff: Backoff) -> None:
-        await websocket.send(self._hello().model_dump_json())
+        hello = self._hello()
+        await websocket.send(hello.model_dump_json())
         try:
             first = server_message.validate_json(await asyncio.wait_for(websocket.recv(), 30))
         except ValidationError as exc:
@@ -157,7 +159,7 @@ class Channel:
         async with asyncio.TaskGroup() as group:
             reader = group.create_task(self._read(websocket))
             writer = group.create_task(self._write(websocket, self._outbox))
-            beats = group.create_task(self._beat(first.heartbeat_seconds))
+            beats = group.create_task(self._beat(first.heartbeat_seconds, hello.running))
             await asyncio.wait([reader, writer], return_when=asyncio.FIRST_COMPLETED)
             for task in (reader, writer, beats):
                 task.cancel()
@@ -187,10 +189,14 @@ class Channel:
             while True:
                 await websocket.send((await outbox.get()).model_dump_json())
 
-    async def _beat(self, period: float) -> None:
+    async def _beat(self, period: float, listed: list[RunningTask]) -> None:
+        """Heartbeats, each leaving out the running list when it is the one last listed on
+        this connection (`listed`: the hello's, at first)."""
         while True:
             self._flush_logs()
-            self.send(self._heartbeat())
+            beat = self._heartbeat()
+            if self.send(beat.since(listed)):
+                listed = beat.running
             # Logs go out every 100 ms; heartbeats every `period`.
             for _ in range(max(1, round(period / LOG_FLUSH_SECONDS))):
                 await asyncio.sleep(LOG_FLUSH_SECONDS)

@@ -14,6 +14,7 @@ from agents.protocol import (
     Hello,
     LogsAck,
     Refused,
+    RunningTask,
     TaskExited,
     TaskKey,
     TaskLogs,
@@ -160,7 +161,15 @@ async def agent_channel(
             return
         for reply in first:
             connection.send(reply)
-        await _serve(inbound, controller, logs, usage, connection, settings.max_log_line_chars)
+        await _serve(
+            inbound,
+            controller,
+            logs,
+            usage,
+            connection,
+            settings.max_log_line_chars,
+            _Listed(hello.running),
+        )
     except HelloTwice:
         await connection.close(POLICY_VIOLATION, "hello may only be sent once")
     except WebSocketDisconnect:
@@ -187,6 +196,18 @@ async def _refuse(inbound: Inbound, reason: str, *, cause: str) -> None:
     await close(inbound.websocket, POLICY_VIOLATION, reason, cause=cause)
 
 
+class _Listed:
+    """What the agent's last hello or heartbeat on this connection listed as running (a
+    heartbeat that says it is unchanged lists nothing), with its keys made once."""
+
+    def __init__(self, running: list[RunningTask]) -> None:
+        self.update(running)
+
+    def update(self, running: list[RunningTask]) -> None:
+        self.running = running
+        self.keys = frozenset(r.key for r in running)
+
+
 async def _serve(
     inbound: Inbound,
     controller: Controller,
@@ -194,6 +215,7 @@ async def _serve(
     usage: UsageBoard,
     connection: AgentConnection,
     max_line: int,
+    listed: _Listed,
 ) -> None:
     """Read the agent's frames and apply them, on two tasks.
 
@@ -207,7 +229,7 @@ async def _serve(
 
     async def apply() -> None:
         while (message := await backlog.get()) is not _END:
-            await _dispatch(controller, logs, usage, connection, message, max_line)
+            await _dispatch(controller, logs, usage, connection, message, max_line, listed)
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
@@ -238,10 +260,13 @@ async def _dispatch(
     connection: AgentConnection,
     message: object,
     max_line: int,
+    listed: _Listed,
 ) -> None:
     host = connection.host_name
     if isinstance(message, Heartbeat):
-        controller.on_heartbeat(host, message.running)
+        if not message.running_unchanged:
+            listed.update(message.running)
+        controller.on_heartbeat(host, listed.running, listed.keys)
         if message.usage is not None:
             await usage.record(host, message.usage)
     elif isinstance(message, TaskStarted):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from agents.protocol import (
 from backend.app import create_app
 from backend.auth import Principal, TokenKind
 from backend.scheduling.controller import Controller
+from backend.scheduling.native import RESEND_SECONDS
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
 from tests.support.factories import make_spec
 
@@ -180,6 +182,39 @@ def test_reconnecting_agent_is_told_to_stop_what_should_not_run(client: TestClie
         assert isinstance(stop, StopTask) and stop.key == stale
 
 
+def test_a_heartbeat_that_leaves_its_list_out_runs_what_was_last_listed(
+    client: TestClient,
+) -> None:
+    job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+    client.post(f"/jobs/{job['id']}/cancel", headers=ADMIN)
+    stale = TaskKey(job_id=job["id"], task="chief:0", attempt=0)
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello(running=[RunningTask(key=stale, pid=99)]))
+        assert isinstance(receive(ws), Welcome)
+        first = receive(ws)
+        assert isinstance(first, StopTask) and first.key == stale
+        # The agent goes on running it (its stop is slow), saying "unchanged": the stop is
+        # due again once the server's resend time has passed, as with the full list.
+        unchanged = Heartbeat(running_unchanged=True).model_dump_json()
+        for _ in range(int(RESEND_SECONDS / 0.5) + 2):
+            ws.send_text(unchanged)
+            time.sleep(0.5)
+        again = receive(ws)
+        assert isinstance(again, StopTask) and again.key == stale
+
+
+def test_a_heartbeat_with_a_list_cannot_also_say_it_is_unchanged(client: TestClient) -> None:
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello())
+        assert isinstance(receive(ws), Welcome)
+        key = TaskKey(job_id=1, task="chief:0", attempt=0)
+        frame = {"type": "heartbeat", "running": [{"key": key.model_dump(), "pid": 1}]}
+        ws.send_text(json.dumps({**frame, "running_unchanged": True}))
+        with pytest.raises(WebSocketDisconnect) as closed:
+            receive(ws)
+    assert "running_unchanged: true comes with an empty running list" in closed.value.reason
+
+
 def test_exits_reported_in_hello_are_applied(client: TestClient) -> None:
     with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
         ws.send_text(hello())
@@ -199,7 +234,6 @@ def test_exits_reported_in_hello_are_applied(client: TestClient) -> None:
 
 
 def _wait(client: TestClient, job_id: int, status: str) -> dict[str, Any]:
-    import time
 
     deadline = time.monotonic() + 10
     job: dict[str, Any] = {}
