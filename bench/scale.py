@@ -191,6 +191,17 @@ SCALE_STAGES = {
 }
 
 
+# Where the server's samples fall with every job running and nothing asked of it.
+HEARTBEAT_STAGES = {
+    "agent frames read (websocket)": "websockets/",
+    "agent frames parsed": "validate_json",
+    "agent channel frames": "agent_channel",
+    "heartbeat times written": "heartbeat_times.py",
+    "controller passes": "reconcile",
+    "database (SQLite thread)": "_connection_worker_thread",
+}
+
+
 # Where the server's samples fall while it places jobs and starts their tasks.
 PLACING_STAGES = {
     "job submissions (POST /jobs)": "submit_job",
@@ -333,6 +344,9 @@ def _measure(
         idle_cpu, idle_wall = cpu_seconds(pid), time.monotonic()
         time.sleep(10)  # heartbeats alone
         heartbeat_cores = (cpu_seconds(pid) - idle_cpu) / (time.monotonic() - idle_wall)
+        # Then sampled, apart from the window above so that py-spy's pauses do not count.
+        beats = profiles / f"scale-{server.database}-{agents}-heartbeats.txt"
+        profiling.finish(profiling.start(pid, 5.0, beats))
         # Sampled while GET /jobs is measured: what the server spends its time on under this
         # many agents (heartbeats and requests share one event loop).
         profile = profiles / f"scale-{server.database}-{agents}-get-jobs.txt"
@@ -361,6 +375,7 @@ def _measure(
             "post_jobs": summary(post_jobs),
             "server_cores_heartbeats_only": round(heartbeat_cores, 2),
             "server_rss_mib": round(rss_mib(pid), 1),
+            "heartbeats_profile": profiling.summarize(beats, HEARTBEAT_STAGES, top=8),
             "get_jobs_profile": profiling.summarize(profile, SCALE_STAGES, top=8),
             "placing_profile": placing_profile,
             "_window": window,
