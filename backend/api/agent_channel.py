@@ -34,6 +34,7 @@ from backend.api.deps import (
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.config import Settings
+from backend.db import to_the_end
 from backend.hosts.service import NameClash, connected_clash
 from backend.hosts.usage import UsageBoard
 from backend.scheduling.cluster import StartMode
@@ -110,7 +111,7 @@ async def agent_channel(
         refusal = (
             "this server runs no Slurm backend"
             if slurm is None
-            else await slurm.agent_refusal(bound_job, hello.name)
+            else await to_the_end(slurm.agent_refusal(bound_job, hello.name))
         )
         if refusal is not None:
             security.refused(f"agent {hello.name}", f"a job agent token of job {bound_job}")
@@ -128,7 +129,7 @@ async def agent_channel(
 
     clash = (
         connected_elsewhere()
-        or await controller.identity_clash(hello)
+        or await to_the_end(controller.identity_clash(hello))
         or connected_elsewhere()  # again: an agent may have joined during the read
     )
     if clash is not None:
@@ -155,7 +156,7 @@ async def agent_channel(
     )
     try:
         try:
-            first = await controller.on_hello(hello)
+            first = await to_the_end(controller.on_hello(hello))
         except NameClash as clash:  # a hello under this name got in between: it stays
             await _refuse(inbound, str(clash), cause="name_clash")
             return
@@ -229,7 +230,13 @@ async def _serve(
 
     async def apply() -> None:
         while (message := await backlog.get()) is not _END:
-            await _dispatch(controller, logs, usage, connection, message, max_line, listed)
+            if isinstance(message, Heartbeat) and message.usage is None:
+                _beat(controller, message, connection.host_name, listed)  # in memory only
+                continue
+            # Applied whole even if the channel drops meanwhile (see `to_the_end`).
+            await to_the_end(
+                _dispatch(controller, logs, usage, connection, message, max_line, listed)
+            )
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
@@ -253,6 +260,12 @@ async def _serve(
         applier.cancel()
 
 
+def _beat(controller: Controller, beat: Heartbeat, host: str, listed: _Listed) -> None:
+    if not beat.running_unchanged:
+        listed.update(beat.running)
+    controller.on_heartbeat(host, listed.running, listed.keys)
+
+
 async def _dispatch(
     controller: Controller,
     logs: LogStore,
@@ -264,9 +277,7 @@ async def _dispatch(
 ) -> None:
     host = connection.host_name
     if isinstance(message, Heartbeat):
-        if not message.running_unchanged:
-            listed.update(message.running)
-        controller.on_heartbeat(host, listed.running, listed.keys)
+        _beat(controller, message, host, listed)
         if message.usage is not None:
             await usage.record(host, message.usage)
     elif isinstance(message, TaskStarted):
