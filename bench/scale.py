@@ -427,12 +427,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--place-timeout", type=float, default=600, help="seconds for all jobs to run"
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the runs already in scale.json that this one does not measure again",
+    )
     args = parser.parse_args(argv)
     # Two counts even when quick: the plot is about how each figure grows with the count.
     counts = [25, 100] if args.quick else args.agents
     requests = 50 if args.quick else args.requests
     results: dict[str, Any] = {"machine": machine_info(), "gpus_per_agent": GPUS_PER_AGENT}
     results["runs"] = []
+    if args.keep and (RESULTS / "scale.json").exists():
+        again = {(database, count) for database in args.databases for count in counts}
+        earlier = json.loads((RESULTS / "scale.json").read_text())["runs"]
+        results["runs"] = [r for r in earlier if (r["database"], r["agents"]) not in again]
     for database in args.databases:
         with contextlib.ExitStack() as stack:
             admin_url = (
@@ -442,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{database}: {count} simulated agents", flush=True)
                 url = stack.enter_context(postgres_database(admin_url)) if admin_url else None
                 results["runs"].append(measure(count, requests, args.place_timeout, url))
+    results["runs"].sort(key=lambda run: (DATABASES.index(run["database"]), run["agents"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0
