@@ -289,6 +289,7 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         "heartbeating. The server, the agents' processes and the benchmark share the machine's",
         f"{scale['machine'].get('nproc', '?')} cores, and so may other work: the load average",
         "(1 min) at the start and the end of each run is in the last column.",
+        *(["", scale["note"]] if scale.get("note") else []),
         "",
         "| Database | Agents | Tasks | Submit N jobs | All running | GET /jobs p50/p99 | "
         "GET /cluster p50/p99 | GET /jobs/{id} p50/p99 | POST /jobs p50/p99 | "
