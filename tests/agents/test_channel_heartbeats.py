@@ -6,17 +6,14 @@ import asyncio
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from agents.host.channel import Channel
 from agents.protocol import (
     Heartbeat,
     Hello,
-    LogsAck,
     RunningTask,
-    StartTask,
-    StopTask,
     TaskKey,
     Welcome,
 )
+from tests.support.agent_channel import channel_to
 
 CHIEF = RunningTask(key=TaskKey(job_id=1, task="chief:0", attempt=0), pid=10)
 WORKER = RunningTask(key=TaskKey(job_id=1, task="worker:0", attempt=0), pid=11)
@@ -45,12 +42,6 @@ async def test_an_unchanged_list_is_left_out_and_a_changed_one_sent_whole() -> N
         made += 1
         return Heartbeat(running=plan[min(made - 1, len(plan) - 1)])
 
-    async def on_start(_: StartTask) -> None: ...
-
-    async def on_stop(_: StopTask) -> None: ...
-
-    def on_logs_ack(_: LogsAck) -> None: ...
-
     def hello() -> Hello:
         return Hello(
             name="beating", address="127.0.0.1", port_range=(1, 2), version="t", running=plan[0]
@@ -58,17 +49,7 @@ async def test_an_unchanged_list_is_left_out_and_a_changed_one_sent_whole() -> N
 
     async with serve(server, "127.0.0.1", 0) as listening:
         port = listening.sockets[0].getsockname()[1]
-        channel = Channel(
-            f"http://127.0.0.1:{port}",
-            "token",
-            hello,
-            on_start,
-            on_stop,
-            flush_logs=lambda: None,
-            heartbeat=heartbeat,
-            on_logs_ack=on_logs_ack,
-            on_connected=lambda _welcome: None,
-        )
+        channel = channel_to(port, hello, heartbeat)
         running = asyncio.create_task(channel.run_forever())
         await asyncio.wait_for(done.wait(), timeout=10)
         running.cancel()

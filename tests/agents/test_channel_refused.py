@@ -6,8 +6,8 @@ import asyncio
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from agents.host.channel import Channel
-from agents.protocol import Heartbeat, Hello, LogsAck, Refused, StartTask, StopTask
+from agents.protocol import Hello, Refused
+from tests.support.agent_channel import channel_to
 
 
 async def test_a_refused_agent_gives_up_with_the_servers_reason() -> None:
@@ -19,28 +19,12 @@ async def test_a_refused_agent_gives_up_with_the_servers_reason() -> None:
         await websocket.send(Refused(reason=reason).model_dump_json())
         await websocket.close(1008, reason)
 
-    async def on_start(_: StartTask) -> None: ...
-
-    async def on_stop(_: StopTask) -> None: ...
-
-    def on_logs_ack(_: LogsAck) -> None: ...
-
     def hello() -> Hello:
         return Hello(name="refused-host", address="127.0.0.1", port_range=(1, 2), version="t")
 
     async with serve(server, "127.0.0.1", 0) as listening:
         port = listening.sockets[0].getsockname()[1]
-        channel = Channel(
-            f"http://127.0.0.1:{port}",
-            "token",
-            hello,
-            on_start,
-            on_stop,
-            flush_logs=lambda: None,
-            heartbeat=Heartbeat,
-            on_logs_ack=on_logs_ack,
-            on_connected=lambda _welcome: None,
-        )
+        channel = channel_to(port, hello)
         await asyncio.wait_for(channel.run_forever(), timeout=10)
     assert channel.refused == reason
     assert [h.name for h in hellos] == ["refused-host"]  # once: no reconnect after a refusal

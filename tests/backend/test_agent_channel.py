@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -171,7 +172,9 @@ def test_a_job_runs_through_the_channel(client: TestClient) -> None:
     assert len(exits) == 1
 
 
-def test_reconnecting_agent_is_told_to_stop_what_should_not_run(client: TestClient) -> None:
+@contextlib.contextmanager
+def running_a_cancelled_job(client: TestClient) -> Iterator[tuple[WebSocketTestSession, TaskKey]]:
+    """An agent reconnecting with the task of a job cancelled meanwhile, told to stop it."""
     job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
     client.post(f"/jobs/{job['id']}/cancel", headers=ADMIN)
     stale = TaskKey(job_id=job["id"], task="chief:0", attempt=0)
@@ -180,19 +183,18 @@ def test_reconnecting_agent_is_told_to_stop_what_should_not_run(client: TestClie
         assert isinstance(receive(ws), Welcome)
         stop = receive(ws)
         assert isinstance(stop, StopTask) and stop.key == stale
+        yield ws, stale
+
+
+def test_reconnecting_agent_is_told_to_stop_what_should_not_run(client: TestClient) -> None:
+    with running_a_cancelled_job(client):
+        pass
 
 
 def test_a_heartbeat_that_leaves_its_list_out_runs_what_was_last_listed(
     client: TestClient,
 ) -> None:
-    job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
-    client.post(f"/jobs/{job['id']}/cancel", headers=ADMIN)
-    stale = TaskKey(job_id=job["id"], task="chief:0", attempt=0)
-    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
-        ws.send_text(hello(running=[RunningTask(key=stale, pid=99)]))
-        assert isinstance(receive(ws), Welcome)
-        first = receive(ws)
-        assert isinstance(first, StopTask) and first.key == stale
+    with running_a_cancelled_job(client) as (ws, stale):
         # The agent goes on running it (its stop is slow), saying "unchanged": the stop is
         # due again once the server's resend time has passed, as with the full list.
         unchanged = Heartbeat(running_unchanged=True).model_dump_json()
