@@ -252,14 +252,9 @@ class Controller:
         self.view.heard_from(host_name)
 
     def on_heartbeat(
-        self,
-        host_name: str,
-        running: list[RunningTask],
-        keys: frozenset[TaskKey] | None = None,
+        self, host_name: str, running: list[RunningTask], keys: frozenset[TaskKey]
     ) -> None:
-        """What an agent runs (`keys`: those of `running`, if the caller made them already)."""
-        if keys is None:
-            keys = frozenset(r.key for r in running)
+        """What an agent runs (`keys`: those of `running`, made once per list it sends)."""
         self.heard_from(host_name)
         # The heartbeat's time reaches the database with the next reconcile pass, for every
         # host in one statement. So does a comparison with the database, which a heartbeat

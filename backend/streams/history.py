@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import MetricPoint as WirePoint
@@ -23,50 +24,40 @@ HISTORY_POINTS = 20_000  # per task attempt, the newest ones
 HISTORY_LINES = 2_000  # per task attempt, the newest ones when the cursor is that far behind
 POINTS_PER_FRAME = 5_000
 
+T = TypeVar("T")
+
 
 async def job_history(
     *, session: AsyncSession, logs: LogStore, job_id: int, cursor: Cursor
 ) -> AsyncIterator[EventFrame | CheckpointFrame | MetricsFrame | LogFrame]:
-    """Frames of history after the cursor, advancing the cursor as they are produced.
-
-    Each read runs to its end even if the client leaves meanwhile (see `to_the_end`)."""
-    events = list(
-        await to_the_end(
-            session.scalars(
-                select(JobEvent)
-                .where(JobEvent.job_id == job_id, JobEvent.id > cursor.event)
-                .order_by(JobEvent.id.desc())
-                .limit(HISTORY_EVENTS)
-            )
-        )
+    """Frames of history after the cursor, advancing the cursor as they are produced."""
+    events = await _rows(
+        session,
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.id > cursor.event)
+        .order_by(JobEvent.id.desc())
+        .limit(HISTORY_EVENTS),
     )
     for row in reversed(events):
         cursor.event = row.id
         yield event_frame(row)
 
-    tasks = list(
-        await to_the_end(
-            session.scalars(select(Task).where(Task.job_id == job_id).order_by(Task.id))
-        )
-    )
+    tasks = await _rows(session, select(Task).where(Task.job_id == job_id).order_by(Task.id))
     for task in tasks:
         for attempt in range(task.attempt + 1):
             key = attempt_id(task.name, attempt)
             after = cursor.metrics.get(key, -1)
-            rows = list(
-                await to_the_end(
-                    session.scalars(
-                        select(MetricPoint)
-                        .where(
-                            MetricPoint.job_id == job_id,
-                            MetricPoint.task == task.name,
-                            MetricPoint.attempt == attempt,
-                            MetricPoint.seq > after,
-                        )
-                        .order_by(MetricPoint.seq.desc())
-                        .limit(HISTORY_POINTS)
-                    )
+            rows = await _rows(
+                session,
+                select(MetricPoint)
+                .where(
+                    MetricPoint.job_id == job_id,
+                    MetricPoint.task == task.name,
+                    MetricPoint.attempt == attempt,
+                    MetricPoint.seq > after,
                 )
+                .order_by(MetricPoint.seq.desc())
+                .limit(HISTORY_POINTS),
             )
             rows.reverse()
             for start in range(0, len(rows), POINTS_PER_FRAME):
@@ -93,6 +84,11 @@ async def job_history(
                 if page.lines:
                     cursor.logs[key] = page.first_line + len(page.lines)
                     yield log_frame(task.name, attempt, page.first_line, page.lines)
+
+
+async def _rows(session: AsyncSession, statement: Select[T]) -> list[T]:
+    # To its end even if the client leaves meanwhile (see `to_the_end`).
+    return list(await to_the_end(session.scalars(statement)))
 
 
 def log_frame(task: str, attempt: int, first_line: int, lines: list[str]) -> LogFrame:
