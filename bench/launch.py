@@ -76,6 +76,7 @@ STRATEGIES = ("parameter_server", "multi_worker_mirrored")
 FIRST_STEP = re.compile(r"strata-example: first step at wall_time=([0-9.]+)")
 SERVER, AGENTS = "server", "agents"  # the control plane's processes, in CPU samples
 REFILLS = "refills"  # warm processes importing beside a warm run (part of the machine's rest)
+REST = "rest"  # the machine's CPU less every named part, run by run (summaries only)
 TASK_PROFILE_RATE = 100  # samples/s per task: two tasks may be sampled at once
 EPOCH_END = re.compile(r"^epoch=(\d+) loss=\S+ accuracy=\S+ wall_time=([0-9.]+)")
 
@@ -502,6 +503,15 @@ def profile_tasks_of_jobs(cluster: Cluster, plan: Plan, workdir: Path) -> dict[s
     return summaries
 
 
+def with_rest(cpu: dict[str, float]) -> dict[str, float]:
+    """A run's CPU per step with the rest of the machine beside it: taken run by run, since a
+    difference of medians (the machine's less the parts') is no run's figure."""
+    if "machine" not in cpu:
+        return cpu
+    named = sum(ms for name, ms in cpu.items() if name not in ("machine", REFILLS, REST))
+    return {**cpu, REST: max(0.0, cpu["machine"] - named)}
+
+
 def summarise(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Per job: each variant's spread, and Strata's ratios to the others run by run."""
     summary: dict[str, Any] = {}
@@ -521,7 +531,9 @@ def summarise(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 values = [r[optional] for r in measured if r.get(optional) is not None]
                 if values:
                     entry[variant][optional] = spread(values)
-            per_step = [r["cpu_ms_per_step"] for r in measured if r.get("cpu_ms_per_step")]
+            per_step = [
+                with_rest(r["cpu_ms_per_step"]) for r in measured if r.get("cpu_ms_per_step")
+            ]
             names = sorted({name for run in per_step for name in run})
             if names:
                 entry[variant]["cpu_ms_per_step"] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.cpu_sampler import MACHINE
-from bench.launch import AGENTS, REFILLS, SERVER
+from bench.launch import AGENTS, REFILLS, REST, SERVER
 from bench.text import spread_text
 
 JOBS = {
@@ -189,9 +189,10 @@ _NOT_TASKS = (SERVER, AGENTS, MACHINE, OTHER, REFILLS)
 def _cpu_parts(cpu: dict[str, dict[str, float]]) -> dict[str, float]:
     """Median CPU ms per step by name, with the machine's remainder as OTHER."""
     parts = {name: values["median"] for name, values in cpu.items()}
+    rest = parts.pop(REST, None)  # the median of the runs' own remainders, where recorded
     # The refills stay in the rest of the machine; the warm steps/s note says their share.
     named = sum(ms for name, ms in parts.items() if name not in (MACHINE, REFILLS))
-    parts[OTHER] = max(0.0, parts.get(MACHINE, named) - named)
+    parts[OTHER] = rest if rest is not None else max(0.0, parts.get(MACHINE, named) - named)
     parts.setdefault(MACHINE, named)
     return parts
 
