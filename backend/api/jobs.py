@@ -102,10 +102,10 @@ async def submit_job(
     await session.rollback()
 
     # Stored by the next controller transaction, with whatever else is submitted meanwhile.
-    job_id = await submissions.submit(spec=spec, principal=principal, access=access, source=source)
+    job = await submissions.submit(spec=spec, principal=principal, access=access, source=source)
     if slurm is not None and spec.slurm is not None:
         slurm.wake()
-    return service.job_read(await service.get_job(session=session, job_id=job_id))
+    return service.job_read(job)  # as committed, its tasks with it: nothing is read again
 
 
 @router.get("", response_model=JobPage, responses=error_responses(404))

@@ -33,7 +33,8 @@ def new_job(*, spec: JobSpec, project_id: int, submitted_by: str | None) -> Job:
         spec=spec.model_dump(mode="json"),
         priority=spec.priority,
         tasks=[
-            Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[])
+            # host set (to none) rather than left to be loaded: a job read needs it
+            Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[], host=None)
             for role in ROLES
             for index in range(spec.replicas.of(role).count)
         ],

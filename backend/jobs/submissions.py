@@ -33,27 +33,28 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 100  # submissions stored by one transaction (its statements stay short)
 
 # Controller.apply for changes that take no capacity (a new job waits to be placed).
-Apply = Callable[[Callable[[Transaction], Awaitable[list[int]]]], Awaitable[list[int]]]
+Apply = Callable[[Callable[[Transaction], Awaitable[list[Job]]]], Awaitable[list[Job]]]
 
 
-def _future() -> asyncio.Future[int]:
+def _future() -> asyncio.Future[Job]:
     return asyncio.get_running_loop().create_future()
 
 
 @dataclass
 class Submission:
-    """A validated spec, who submits it and from where, and its job's id once stored."""
+    """A validated spec, who submits it and from where, and its job once stored."""
 
     spec: JobSpec
     principal: Principal
     access: Access
     source: str | None
-    done: asyncio.Future[int] = field(default_factory=_future)
+    done: asyncio.Future[Job] = field(default_factory=_future)
 
 
-async def store(tx: Transaction, *, submissions: list[Submission]) -> list[int]:
+async def store(tx: Transaction, *, submissions: list[Submission]) -> list[Job]:
     """Store the jobs of these submissions and their audit entries, in this transaction.
-    Raises what the first refused one raises (the caller then tries them one by one)."""
+    Raises what the first refused one raises (the caller then tries them one by one). The
+    jobs come back whole, their tasks with them: nothing is read again to answer."""
     session = tx.session
     projects: dict[tuple[str, str | None], Project] = {}
     jobs: list[Job] = []
@@ -89,7 +90,7 @@ async def store(tx: Transaction, *, submissions: list[Submission]) -> list[int]:
             )
         )
     await session.flush()
-    return [job.id for job in jobs]
+    return jobs
 
 
 class Submissions:
@@ -102,9 +103,9 @@ class Submissions:
 
     async def submit(
         self, *, spec: JobSpec, principal: Principal, access: Access, source: str | None
-    ) -> int:
+    ) -> Job:
         """Store a job (pending, in the project its spec names or the submitter's default)
-        and return its id once its transaction has committed."""
+        and return it once its transaction has committed."""
         submission = Submission(spec=spec, principal=principal, access=access, source=source)
         self._waiting.append(submission)
         if self._storing is None or self._storing.done():
@@ -126,7 +127,7 @@ class Submissions:
 
     async def _store(self, batch: list[Submission]) -> None:
         try:
-            ids = await self._apply(partial(store, submissions=batch))
+            jobs = await self._apply(partial(store, submissions=batch))
         except Exception as exc:
             if len(batch) == 1:
                 batch[0].done.set_exception(exc)
@@ -135,5 +136,5 @@ class Submissions:
             for submission in batch:
                 await self._store([submission])
             return
-        for submission, job_id in zip(batch, ids, strict=True):
-            submission.done.set_result(job_id)
+        for submission, job in zip(batch, jobs, strict=True):
+            submission.done.set_result(job)

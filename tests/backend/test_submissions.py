@@ -30,10 +30,10 @@ def counted(controller: Controller, transactions: list[int]) -> Submissions:
     """Submissions on the app's controller, counting the transactions they take and how many
     jobs each stores."""
 
-    async def apply(change: Callable[[Transaction], Awaitable[list[int]]]) -> list[int]:
-        ids = await controller.apply(change, frees_or_takes_capacity=False)
-        transactions.append(len(ids))
-        return ids
+    async def apply(change: Callable[[Transaction], Awaitable[list[Job]]]) -> list[Job]:
+        jobs = await controller.apply(change, frees_or_takes_capacity=False)
+        transactions.append(len(jobs))
+        return jobs
 
     return Submissions(apply)
 
@@ -45,7 +45,7 @@ def spec(name: str, project: str | None = None) -> JobSpec:
 async def test_a_burst_is_stored_by_few_transactions_each_job_whole(api: Api) -> None:
     transactions: list[int] = []
     submissions = counted(api.app.state.controller, transactions)  # type: ignore[attr-defined]
-    ids = await asyncio.gather(
+    stored = await asyncio.gather(
         *(
             submissions.submit(
                 spec=spec(f"burst-{n}"), principal=ADMIN.principal, access=ADMIN, source="10.0.0.9"
@@ -53,7 +53,10 @@ async def test_a_burst_is_stored_by_few_transactions_each_job_whole(api: Api) ->
             for n in range(30)
         )
     )
+    ids = [job.id for job in stored]
     assert len(set(ids)) == 30
+    # Each comes back as stored, its tasks with it (what POST /jobs answers).
+    assert all(job.tasks and job.created_at is not None for job in stored)
     # All were waiting when the first transaction began (not one transaction each).
     assert sum(transactions) == 30 and len(transactions) <= 2, transactions
     async with api.session() as session:
@@ -88,7 +91,7 @@ async def test_one_refused_submission_fails_alone(api: Api) -> None:
     transactions: list[int] = []
     submissions = counted(api.app.state.controller, transactions)  # type: ignore[attr-defined]
 
-    def admin_job(n: int) -> Awaitable[int]:
+    def admin_job(n: int) -> Awaitable[Job]:
         return submissions.submit(
             spec=spec(f"ok-{n}", "vision"), principal=ADMIN.principal, access=ADMIN, source=None
         )
@@ -105,7 +108,7 @@ async def test_one_refused_submission_fails_alone(api: Api) -> None:
     assert isinstance(outcomes[2], Forbidden)
     assert "carol is a viewer of project vision" in str(outcomes[2])
     stored = [outcome for n, outcome in enumerate(outcomes) if n != 2]
-    assert all(isinstance(job_id, int) for job_id in stored)
+    assert all(isinstance(job, Job) for job in stored)
     async with api.session() as session:
         names = set(await session.scalars(select(Job.name).where(Job.project_id == vision_id)))
         assert names == {"ok-0", "ok-1", "ok-2"}
@@ -122,24 +125,32 @@ async def test_jobs_submitted_at_once_over_http_all_arrive(api: Api) -> None:
     assert [b["name"] for b in bodies] == [f"http-{n}" for n in range(12)]
     assert len({b["id"] for b in bodies}) == 12
     assert {b["status"] for b in bodies} == {"pending"}  # no agent: none can be placed
+    # Answered from the stored job, not read again: the same as reading it back (but for
+    # why it waits, which a controller pass may have written since).
+    changing = {"reason", "updated_at"}
+    for body in bodies:
+        read = (await api.http.get(f"/jobs/{body['id']}")).json()
+        assert {k: v for k, v in read.items() if k not in changing} == {
+            k: v for k, v in body.items() if k not in changing
+        }
 
 
 async def test_a_batch_that_fails_is_stored_again_one_by_one(api: Api) -> None:
     controller: Controller = api.app.state.controller  # type: ignore[attr-defined]
     batches: list[int] = []
 
-    async def apply(change: Callable[[Transaction], Awaitable[list[int]]]) -> list[int]:
-        async def failing_together(tx: Transaction) -> list[int]:
-            ids = await change(tx)
-            batches.append(len(ids))
-            if len(ids) > 1:  # inside the transaction: it rolls back, storing nothing
+    async def apply(change: Callable[[Transaction], Awaitable[list[Job]]]) -> list[Job]:
+        async def failing_together(tx: Transaction) -> list[Job]:
+            jobs = await change(tx)
+            batches.append(len(jobs))
+            if len(jobs) > 1:  # inside the transaction: it rolls back, storing nothing
                 raise RuntimeError("the database went away")
-            return ids
+            return jobs
 
         return await controller.apply(failing_together, frees_or_takes_capacity=False)
 
     submissions = Submissions(apply)
-    ids = await asyncio.gather(
+    again = await asyncio.gather(
         *(
             submissions.submit(
                 spec=spec(f"again-{n}"), principal=ADMIN.principal, access=ADMIN, source=None
@@ -148,6 +159,7 @@ async def test_a_batch_that_fails_is_stored_again_one_by_one(api: Api) -> None:
         )
     )
     assert batches == [3, 1, 1, 1]
+    ids = [job.id for job in again]
     async with api.session() as session:
         names = list(await session.scalars(select(Job.name).where(Job.id.in_(ids))))
         assert sorted(names) == ["again-0", "again-1", "again-2"]
@@ -156,7 +168,7 @@ async def test_a_batch_that_fails_is_stored_again_one_by_one(api: Api) -> None:
 
 
 async def test_a_lone_submission_that_fails_gets_its_error(api: Api) -> None:
-    async def apply(change: Callable[[Transaction], Awaitable[list[int]]]) -> list[int]:
+    async def apply(change: Callable[[Transaction], Awaitable[list[Job]]]) -> list[Job]:
         raise RuntimeError("the database went away")
 
     submissions = Submissions(apply)
