@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -39,7 +38,6 @@ from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.errors import install_error_handlers
 from backend.hosts.usage import UsageBoard
-from backend.jobs.submissions import Submissions
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
 from backend.scheduling.controller import Controller
@@ -107,10 +105,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             hub=app.state.hub,
             tokens=app.state.tokens,
             monitor=monitor,
-        )
-        # POST /jobs: submissions that arrive together share a controller transaction.
-        app.state.submissions = Submissions(
-            functools.partial(app.state.controller.apply, frees_or_takes_capacity=False)
         )
         # TensorBoards started on demand for jobs, stopped when idle (backend.tensorboard).
         app.state.tensorboards = TensorBoards(

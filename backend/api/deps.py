@@ -20,7 +20,6 @@ from backend.db import session_scope, to_the_end
 from backend.errors import Forbidden, NotFound
 from backend.hosts.usage import UsageBoard
 from backend.jobs.models import Job
-from backend.jobs.submissions import Submissions
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -73,10 +72,6 @@ def get_controller(connection: HTTPConnection) -> Controller:
     return app_state(connection, "controller", Controller)
 
 
-def get_submissions(connection: HTTPConnection) -> Submissions:
-    return app_state(connection, "submissions", Submissions)
-
-
 def get_logs(connection: HTTPConnection) -> LogStore:
     return app_state(connection, "logs", LogStore)
 
@@ -107,7 +102,6 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 # the socket is open.
 SessionsDep = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
 ControllerDep = Annotated[Controller, Depends(get_controller)]
-SubmissionsDep = Annotated[Submissions, Depends(get_submissions)]
 LogStoreDep = Annotated[LogStore, Depends(get_logs)]
 IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
 BrokerDep = Annotated[Broker, Depends(get_broker)]

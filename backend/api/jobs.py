@@ -17,7 +17,6 @@ from backend.api.deps import (
     JobMember,
     JobReader,
     SessionDep,
-    SubmissionsDep,
     UsageDep,
 )
 from backend.audit import service as audit
@@ -30,6 +29,7 @@ from backend.errors import (
     error_responses,
 )
 from backend.jobs import service
+from backend.jobs.models import Job
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import (
     MAX_TAGS,
@@ -41,6 +41,7 @@ from backend.jobs.spec import (
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
 from backend.scheduling.quotas import check_priority
+from backend.scheduling.transaction import Transaction
 from backend.slurm.admission import admit
 from backend.slurm.reconcile import SlurmBackend
 from backend.teams import service as teams_service
@@ -72,7 +73,7 @@ _SPEC_BODY: dict[str, Any] = {
 async def submit_job(
     request: Request,
     session: SessionDep,
-    submissions: SubmissionsDep,
+    controller: ControllerDep,
     principal: ActorPrincipal,
     access: CallerAccess,
     source: ClientSource,
@@ -101,8 +102,29 @@ async def submit_job(
     # submissions waiting there must not hold every connection the controller needs to write.
     await session.rollback()
 
-    # Stored by the next controller transaction, with whatever else is submitted meanwhile.
-    job = await submissions.submit(spec=spec, principal=principal, access=access, source=source)
+    async def create(tx: Transaction) -> Job:
+        # Recorded first, so that the job's first event names who submitted it too.
+        entry = await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.job_submit,
+            detail={"name": spec.name},
+        )
+        project = await teams_service.project_for_submit(
+            session=tx.session, access=access, name=spec.project
+        )
+        job = await service.create_job(
+            session=tx.session,
+            spec=spec.model_copy(update={"project": project.name}),
+            project_id=project.id,
+            submitted_by=principal.label,
+        )
+        entry.job_id, entry.project_id = job.id, job.project_id
+        return job
+
+    # Under the controller's lock, like every change to jobs (see Controller.apply).
+    job = await controller.apply(create, frees_or_takes_capacity=False)
     if slurm is not None and spec.slurm is not None:
         slurm.wake()
     return service.job_read(job)  # as committed, its tasks with it: nothing is read again

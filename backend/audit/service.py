@@ -37,30 +37,6 @@ def _name_the_actor(session: Session, _context: object, _instances: object) -> N
             obj.actor = actor
 
 
-def new_entry(
-    *,
-    principal: Principal,
-    source: str | None,
-    action: AuditAction,
-    project_id: int | None = None,
-    job_id: int | None = None,
-    target: str | None = None,
-    detail: dict[str, Any] | None = None,
-) -> AuditEntry:
-    """An entry for a change made by `principal` from `source` (not yet added to a session)."""
-    return AuditEntry(
-        actor=principal.label,
-        user_id=principal.user_id,
-        token_id=principal.token_id,
-        action=action.value,
-        project_id=project_id,
-        job_id=job_id,
-        target=target,
-        detail=detail or {},
-        source=source,
-    )
-
-
 async def record(
     *,
     session: AsyncSession,
@@ -75,14 +51,16 @@ async def record(
     """Record a change made by `principal` from `source`; the job events this transaction
     records from now on name the same actor."""
     session.info[ACTOR] = principal.label
-    entry = new_entry(
-        principal=principal,
-        source=source,
-        action=action,
+    entry = AuditEntry(
+        actor=principal.label,
+        user_id=principal.user_id,
+        token_id=principal.token_id,
+        action=action.value,
         project_id=project_id,
         job_id=job_id,
         target=target,
-        detail=detail,
+        detail=detail or {},
+        source=source,
     )
     session.add(entry)
     await session.flush()

@@ -10,46 +10,15 @@ from sqlalchemy.orm import defer, joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from agents.vocabulary import TaskName
-from backend.db import utcnow
 from backend.errors import NotFound
 from backend.jobs.actions import job_actions
 from backend.jobs.events import EventKind
+from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.teams import service as teams_service
-
-
-def new_job(*, spec: JobSpec, project_id: int, submitted_by: str | None) -> Job:
-    """A validated job as it is first stored: pending, with one pending task per replica."""
-    return Job(
-        project_id=project_id,
-        submitted_by=submitted_by,
-        name=spec.name,
-        strategy=spec.strategy,
-        status=JobStatus.pending,
-        reason="waiting to be placed",
-        spec=spec.model_dump(mode="json"),
-        priority=spec.priority,
-        tasks=[
-            # host set (to none) rather than left to be loaded: a job read needs it
-            Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[], host=None)
-            for role in ROLES
-            for index in range(spec.replicas.of(role).count)
-        ],
-    )
-
-
-def created_event(job: Job) -> JobEvent:
-    """The event every job begins with (its id must be known: the job is flushed)."""
-    return JobEvent(
-        job_id=job.id,
-        at=utcnow(),
-        kind=EventKind.created,
-        message=f"submitted with {len(job.tasks)} tasks",
-        data={},
-    )
 
 
 async def create_job(
@@ -63,11 +32,30 @@ async def create_job(
     project (`default` when none is given)."""
     if project_id is None:
         project_id = (await teams_service.default_project(session=session)).id
-    job = new_job(spec=spec, project_id=project_id, submitted_by=submitted_by)
+    job = Job(
+        project_id=project_id,
+        submitted_by=submitted_by,
+        name=spec.name,
+        strategy=spec.strategy,
+        status=JobStatus.pending,
+        reason="waiting to be placed",
+        spec=spec.model_dump(mode="json"),
+        priority=spec.priority,
+        tasks=[
+            # host set (to none) rather than left unloaded: the job's view reads it
+            Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[], host=None)
+            for role in ROLES
+            for index in range(spec.replicas.of(role).count)
+        ],
+    )
     session.add(job)
     await session.flush()
-    session.add(created_event(job))
-    await session.flush()
+    await record_event(
+        session=session,
+        job=job,
+        kind=EventKind.created,
+        message=f"submitted with {len(job.tasks)} tasks",
+    )
     return job
 
 

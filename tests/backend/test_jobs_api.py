@@ -169,3 +169,19 @@ async def test_openapi_documents_both_body_types(api: Api) -> None:
     content = schema["paths"]["/jobs"]["post"]["requestBody"]["content"]
     assert set(content) == {"application/json", "application/yaml"}
     assert "JobSpec" in schema["components"]["schemas"]
+
+
+@pytest.mark.parametrize("base", ["parameter_server", "mirrored"])
+async def test_the_submit_answer_is_the_job_as_stored(api: Api, base: str) -> None:
+    """POST /jobs answers from the job its transaction stored, without reading it back: the
+    same view as reading it (but why it waits, which a controller pass may write since)."""
+    answer = (await api.http.post("/jobs", json=make_spec(base))).json()
+    read = (await api.http.get(f"/jobs/{answer['id']}")).json()
+    changing = {"reason", "updated_at"}
+    for view in (answer, read):
+        for task in view["tasks"]:
+            task.pop("stats", None)  # usage samples, which only the job's own route adds
+    assert {k: v for k, v in answer.items() if k not in changing} == {
+        k: v for k, v in read.items() if k not in changing
+    }
+    assert answer["tasks"] and all(t["status"] == "pending" for t in answer["tasks"])
