@@ -170,7 +170,7 @@ async def list_jobs(
     if project is not None:
         found = await teams_service.visible_project(session=session, access=access, name=project)
         project_ids = frozenset({found.id})
-    jobs, total = await service.list_jobs(
+    items, total = await service.list_jobs(
         session=session,
         statuses=status_,
         name=name,
@@ -180,9 +180,7 @@ async def list_jobs(
         limit=limit,
         offset=offset,
     )
-    return JobPage(
-        items=[service.job_read(job) for job in jobs], total=total, limit=limit, offset=offset
-    )
+    return JobPage(items=items, total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=error_responses(404))

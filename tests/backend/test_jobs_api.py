@@ -6,9 +6,13 @@ import json
 
 import pytest
 import yaml
+from sqlalchemy import select
 
+from backend.db import utcnow
+from backend.jobs.models import Task
+from backend.jobs.states import TaskStatus
 from tests.conftest import Api
-from tests.support.factories import make_spec
+from tests.support.factories import make_host, make_spec
 
 
 async def test_submit_json_returns_the_job_with_pending_tasks(api: Api) -> None:
@@ -185,3 +189,37 @@ async def test_the_submit_answer_is_the_job_as_stored(api: Api, base: str) -> No
         k: v for k, v in read.items() if k not in changing
     }
     assert answer["tasks"] and all(t["status"] == "pending" for t in answer["tasks"])
+
+
+async def test_a_listed_job_is_the_job_read_alone(api: Api) -> None:
+    """The list reads plain rows, the job's own route ORM objects: the same view either way,
+    placed tasks (their host), exit codes and times included."""
+    ids = [
+        (await api.http.post("/jobs", json=make_spec(base))).json()["id"]
+        for base in ("parameter_server", "mirrored")
+    ]
+    async with api.session() as session:
+        host = await make_host(session, "host-list", gpus=4)
+        tasks = list(
+            await session.scalars(select(Task).where(Task.job_id == ids[0]).order_by(Task.id))
+        )
+        for n, task in enumerate(tasks):
+            task.host_id, task.port, task.gpu_indices = host.id, 42000 + n, [n % 4]
+            task.status, task.pid, task.started_at = TaskStatus.running, 100 + n, utcnow()
+        tasks[-1].status, tasks[-1].exit_code, tasks[-1].finished_at = (
+            TaskStatus.failed,
+            3,
+            utcnow(),
+        )
+        await session.commit()
+    listed = {job["id"]: job for job in (await api.http.get("/jobs")).json()["items"]}
+    for job_id in ids:
+        alone = (await api.http.get(f"/jobs/{job_id}")).json()
+        for task in alone["tasks"]:
+            task.pop("stats", None)  # the job's own route adds usage samples
+        for task in listed[job_id]["tasks"]:
+            task.pop("stats", None)
+        assert listed[job_id] == alone
+    placed = listed[ids[0]]["tasks"]
+    assert {task["host"] for task in placed} == {"host-list"}
+    assert placed[-1]["exit_code"] == 3 and placed[0]["pid"] == 100
