@@ -232,6 +232,11 @@ def _database(run: dict[str, Any]) -> str:
     return "PostgreSQL" if run.get("database") == "postgresql" else "SQLite"
 
 
+def _figure_text(value: float) -> str:
+    """Three significant digits, without an exponent for a figure of a thousand or more."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def _target_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run the targets are judged on: the one at TARGET_AGENTS, else the largest."""
     at_target = [run for run in runs if run["agents"] == TARGET_AGENTS]
@@ -261,14 +266,14 @@ def scale_rows(scale: dict[str, Any]) -> list[list[str]]:
             if value is None:
                 continue
             met = (
-                ("yes" if value <= limit else f"no (+{value - limit:.3g} {unit})")
+                ("yes" if value <= limit else f"no (+{_figure_text(value - limit)} {unit})")
                 if at_target
                 else f"not measured at {TARGET_AGENTS:,}"
             )
             rows.append(
                 [
                     f"{_database(largest)}, {largest['agents']:,} agents: {what}",
-                    f"{value:.3g} {unit}",
+                    f"{_figure_text(value)} {unit}",
                     f"≤ {limit:g} {unit} at {TARGET_AGENTS:,} agents",
                     met,
                 ]
