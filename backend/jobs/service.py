@@ -237,17 +237,9 @@ def _job_read(job: Job | Row[Any], tasks: list[TaskRead]) -> JobRead:
 def task_read(task: Task) -> TaskRead:
     return TaskRead(
         name=task.name,
-        role=task.role,
-        index=task.index,
-        status=task.status,
         host=task.host.name if task.host else None,
-        port=task.port,
         gpus=list(task.gpu_indices or []),
-        pid=task.pid,
-        attempt=task.attempt,
-        exit_code=task.exit_code,
-        started_at=task.started_at,
-        finished_at=task.finished_at,
+        **{key: getattr(task, key) for key in _TASK_FIELDS},
     )
 
 
