@@ -37,6 +37,8 @@ from backend.code.store import CodeStore
 from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.errors import install_error_handlers
+from backend.hosts.board import ClusterBoard
+from backend.hosts.changes import BOARD
 from backend.hosts.usage import UsageBoard
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
@@ -81,8 +83,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await upgrade_database(engine)
         broker = app.state.broker = Broker()
         app.state.engine = engine
+        # The cluster view, kept in memory and told which hosts each transaction changed.
+        app.state.cluster_board = board = ClusterBoard()
         app.state.sessions = session_factory(
-            engine, sync_session_class=PublishingSession, info={BROKER: broker}
+            engine, sync_session_class=PublishingSession, info={BROKER: broker, BOARD: board}
         )
         app.state.hub = AgentHub()
         app.state.runtimes = RuntimeLinks()

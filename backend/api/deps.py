@@ -18,6 +18,7 @@ from backend.auth import Principal, TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import session_scope, to_the_end
 from backend.errors import Forbidden, NotFound
+from backend.hosts.board import ClusterBoard
 from backend.hosts.usage import UsageBoard
 from backend.jobs.models import Job
 from backend.scheduling.controller import Controller
@@ -96,6 +97,10 @@ def get_usage(connection: HTTPConnection) -> UsageBoard:
     return app_state(connection, "usage", UsageBoard)
 
 
+def get_cluster_board(connection: HTTPConnection) -> ClusterBoard:
+    return app_state(connection, "cluster_board", ClusterBoard)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 # For websocket routes: they open a short session per step instead of holding one as long as
@@ -108,6 +113,7 @@ BrokerDep = Annotated[Broker, Depends(get_broker)]
 RuntimeLinksDep = Annotated[RuntimeLinks, Depends(get_runtime_links)]
 HubDep = Annotated[AgentHub, Depends(get_hub)]
 UsageDep = Annotated[UsageBoard, Depends(get_usage)]
+ClusterBoardDep = Annotated[ClusterBoard, Depends(get_cluster_board)]
 
 _bearer = HTTPBearer(auto_error=False, description="An admin token (printed by `strata up`).")
 

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Response
 
 from backend.api.audit import ClientSource
 from backend.api.deps import (
     AdminPrincipal,
     CallerAccess,
+    ClusterBoardDep,
     ControllerDep,
     SessionDep,
+    SessionsDep,
     SignedInPrincipal,
     UsageDep,
-    get_sessions,
 )
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts import service
 from backend.hosts.schemas import ClusterRead, HostRead
-from backend.hosts.snapshot import ClusterSnapshot
 from backend.scheduling.transaction import Transaction
 from backend.teams.visibility import hide_other_projects
 
@@ -65,24 +64,11 @@ async def forget_host(
 
 
 @router.get("/cluster", response_model=ClusterRead)
-async def read_cluster(request: Request, usage: UsageDep, access: CallerAccess) -> Response:
+async def read_cluster(
+    board: ClusterBoardDep, sessions: SessionsDep, usage: UsageDep, access: CallerAccess
+) -> Response:
     """Hosts, devices, and which task holds what, with their last usage samples."""
-    # On a large cluster the view may be a few seconds old (backend.hosts.snapshot).
-    sessions = get_sessions(request)
-
-    async def build() -> bytes:
-        async with sessions() as session:
-            rows = await service.cluster_rows(session=session)
-        # Building and encoding ten thousand entries in a worker thread: requests go on
-        # being served beside it.
-        return await asyncio.to_thread(
-            lambda: usage.annotate_cluster(service.cluster_read(rows)).model_dump_json().encode()
-        )
-
-    snapshot = getattr(request.app.state, "cluster_snapshot", None)
-    if not isinstance(snapshot, ClusterSnapshot):
-        snapshot = request.app.state.cluster_snapshot = ClusterSnapshot()
-    body = await snapshot.body(build)
+    body = await board.body(sessions, usage)
     if access.project_ids is not None:  # a user: other projects' jobs are not shown
         async with sessions() as session:
             mine = await hide_other_projects(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,6 +16,7 @@ from agents.runtime_environment import EngineInfo
 from agents.vocabulary import format_task_name
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
+from backend.hosts.changes import note_hosts
 from backend.hosts.models import Device, Host
 from backend.hosts.schemas import (
     ClusterRead,
@@ -159,6 +160,7 @@ async def forget_host(*, session: AsyncSession, name: str, connected_from: str |
             f"{name} still has tasks of unfinished jobs: {named}{more}; cancel them, or wait "
             "until the host is lost and they are placed elsewhere"
         )
+    note_hosts(session, [host.id])  # written below past the ORM
     await session.execute(update(Task).where(Task.host_id == host.id).values(host_id=None))
     await session.execute(delete(Device).where(Device.host_id == host.id))
     forgotten = host_read(host)
@@ -211,34 +213,29 @@ class ClusterRows:
 
     hosts: list[Any]
     devices: dict[int, list[Any]]
-    live: list[Any]
+    live: dict[int, list[Any]]  # by host id, in (job, role, index) order
     read_at: datetime
 
 
-async def cluster_rows(*, session: AsyncSession) -> ClusterRows:
+async def cluster_rows(
+    *, session: AsyncSession, host_ids: Collection[int] | None = None
+) -> ClusterRows:
+    """Every host's rows, or only those of `host_ids` (gone hosts are left out)."""
     read_at = utcnow()
-    hosts = list(
-        await session.execute(
-            select(
-                Host.id, Host.name, Host.address, Host.status, Host.engine, Host.last_heartbeat_at
-            ).order_by(Host.name)
-        )
-    )
-    devices: dict[int, list[Any]] = defaultdict(list)
-    for device in await session.execute(
-        select(
-            Device.host_id,
-            Device.index,
-            Device.kind,
-            Device.name,
-            Device.uuid,
-            Device.memory_mb,
-            Device.simulated,
-        ).order_by(Device.host_id, Device.index)
-    ):
-        devices[device.host_id].append(device)
+    hosts = select(
+        Host.id, Host.name, Host.address, Host.status, Host.engine, Host.last_heartbeat_at
+    ).order_by(Host.name)
+    devices = select(
+        Device.host_id,
+        Device.index,
+        Device.kind,
+        Device.name,
+        Device.uuid,
+        Device.memory_mb,
+        Device.simulated,
+    ).order_by(Device.host_id, Device.index)
     # The jobs' specs and the tasks' TF_CONFIGs are not shown here.
-    live = await session.execute(
+    live = (
         select(
             Task.host_id,
             Task.job_id,
@@ -256,16 +253,29 @@ async def cluster_rows(*, session: AsyncSession) -> ClusterRows:
         )
         .order_by(Task.job_id, Task.role, Task.index)
     )
-    return ClusterRows(hosts=hosts, devices=devices, live=list(live), read_at=read_at)
+    if host_ids is not None:
+        hosts = hosts.where(Host.id.in_(host_ids))
+        devices = devices.where(Device.host_id.in_(host_ids))
+        live = live.where(Task.host_id.in_(host_ids))
+    by_host: dict[int, list[Any]] = defaultdict(list)
+    for device in await session.execute(devices):
+        by_host[device.host_id].append(device)
+    tasks: dict[int, list[Any]] = defaultdict(list)
+    for task in await session.execute(live):
+        tasks[task.host_id].append(task)
+    return ClusterRows(
+        hosts=list(await session.execute(hosts)), devices=by_host, live=tasks, read_at=read_at
+    )
 
 
-def cluster_read(rows: ClusterRows) -> ClusterRead:
-    """Every host with its devices and the live tasks that hold them (no I/O: it may run in a
-    worker thread)."""
-    tasks_by_host: dict[int, list[TaskRef]] = defaultdict(list)
-    holder: dict[tuple[int, int], TaskRef] = {}
-    for host_id, job_id, job_name, role, index, status, port, held in rows.live:
-        assert host_id is not None
+def host_usage(
+    host: Any, devices: Sequence[Any], live: Sequence[Any], read_at: datetime
+) -> HostUsage:
+    """A host of the cluster view from its rows, with the live tasks that hold its devices
+    (no I/O: it may run in a worker thread)."""
+    refs: list[TaskRef] = []
+    holder: dict[int, TaskRef] = {}
+    for _, job_id, job_name, role, index, status, port, held in live:
         ref = TaskRef(
             job_id=job_id,
             job_name=job_name,
@@ -274,49 +284,55 @@ def cluster_read(rows: ClusterRows) -> ClusterRead:
             port=port,
             gpus=list(held or []),
         )
-        tasks_by_host[host_id].append(ref)
+        refs.append(ref)
         for gpu in held or []:
-            holder[(host_id, gpu)] = ref
-    usages = [
-        HostUsage(
-            name=host.name,
-            address=host.address,
-            status=host.status,
-            heartbeat_age_seconds=max(0.0, (rows.read_at - host.last_heartbeat_at).total_seconds()),
-            engine=None if host.engine is None else EngineInfo.model_validate(host.engine),
-            devices=[
-                DeviceUsage(
-                    index=d.index,
-                    kind=d.kind,
-                    name=d.name,
-                    uuid=d.uuid,
-                    memory_mb=d.memory_mb,
-                    simulated=d.simulated,
-                    task=holder.get((host.id, d.index)),
-                )
-                for d in rows.devices.get(host.id, [])
-            ],
-            tasks=tasks_by_host.get(host.id, []),
-        )
+            holder[gpu] = ref
+    return HostUsage(
+        name=host.name,
+        address=host.address,
+        status=host.status,
+        heartbeat_age_seconds=max(0.0, (read_at - host.last_heartbeat_at).total_seconds()),
+        engine=None if host.engine is None else EngineInfo.model_validate(host.engine),
+        devices=[
+            DeviceUsage(
+                index=d.index,
+                kind=d.kind,
+                name=d.name,
+                uuid=d.uuid,
+                memory_mb=d.memory_mb,
+                simulated=d.simulated,
+                task=holder.get(d.index),
+            )
+            for d in devices
+        ],
+        tasks=refs,
+    )
+
+
+def cluster_totals(hosts: Sequence[HostUsage]) -> ClusterTotals:
+    return ClusterTotals(
+        hosts=len(hosts),
+        online_hosts=sum(h.status is HostStatus.online for h in hosts),
+        gpus=sum(len(h.devices) for h in hosts),
+        free_gpus=sum(free_gpus(h) for h in hosts),
+        live_tasks=sum(len(h.tasks) for h in hosts),
+    )
+
+
+def free_gpus(host: HostUsage) -> int:
+    """Its devices no task holds, if it is online (a lost host's are nobody's to use)."""
+    if host.status is not HostStatus.online:
+        return 0
+    return sum(1 for d in host.devices if d.task is None)
+
+
+def cluster_read(rows: ClusterRows) -> ClusterRead:
+    """Every host with its devices and the live tasks that hold them (no I/O)."""
+    hosts = [
+        host_usage(host, rows.devices.get(host.id, []), rows.live.get(host.id, []), rows.read_at)
         for host in rows.hosts
     ]
-    gpus = sum(len(h.devices) for h in usages)
-    return ClusterRead(
-        hosts=usages,
-        totals=ClusterTotals(
-            hosts=len(usages),
-            online_hosts=sum(h.status is HostStatus.online for h in usages),
-            gpus=gpus,
-            free_gpus=sum(
-                1
-                for h in usages
-                if h.status is HostStatus.online
-                for d in h.devices
-                if d.task is None
-            ),
-            live_tasks=sum(len(h.tasks) for h in usages),
-        ),
-    )
+    return ClusterRead(hosts=hosts, totals=cluster_totals(hosts))
 
 
 def _age(host: Host) -> float:

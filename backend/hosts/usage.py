@@ -9,6 +9,7 @@ GPUs that task holds, only while someone subscribes to the job.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,7 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agents.protocol import DeviceStats, TaskStats, UsageReport
 from agents.vocabulary import format_task_name
-from backend.hosts.schemas import ClusterRead, DeviceStatsRead, HostRead, TaskStatsRead
+from backend.hosts.schemas import (
+    ClusterRead,
+    DeviceStatsRead,
+    HostRead,
+    HostUsage,
+    TaskStatsRead,
+)
 from backend.jobs.models import Task
 from backend.jobs.schemas import JobRead
 from backend.jobs.states import HostStatus
@@ -108,12 +115,26 @@ class UsageBoard:
 
     def annotate_cluster(self, cluster: ClusterRead) -> ClusterRead:
         for host in cluster.hosts:
-            online = host.status is HostStatus.online
-            for device in host.devices:
-                device.stats = self.device(host.name, device.index) if online else None
-            for ref in host.tasks:
-                ref.stats = self.task(ref.job_id, ref.task)
+            self.annotate_host_usage(host)
         return cluster
+
+    def annotate_host_usage(self, host: HostUsage) -> HostUsage:
+        online = host.status is HostStatus.online
+        for device in host.devices:
+            device.stats = self.device(host.name, device.index) if online else None
+        for ref in host.tasks:
+            ref.stats = self.task(ref.job_id, ref.task)
+        return host
+
+    def samples_of(self, host: str, tasks: Iterable[TaskName]) -> tuple[float | None, ...]:
+        """When the samples that annotate_host_usage would show for this host were taken:
+        while they stay the same, so does what it adds."""
+        sampled = self._devices.get(host)
+        tasks_sampled = (self._tasks.get(name) for name in tasks)
+        return (
+            None if sampled is None else sampled[0],
+            *(None if sample is None else sample.wall_time for sample in tasks_sampled),
+        )
 
     def annotate_job(self, job: JobRead) -> JobRead:
         for task in job.tasks:

@@ -384,7 +384,6 @@ async def test_the_cluster_view_shows_a_user_only_their_projects_tasks(api: Api)
             chief.status = TaskStatus.running
             placed[project] = job.id
         await session.commit()
-    api.app.state.cluster_snapshot = None  # type: ignore[attr-defined]  # built afresh
 
     everything = (await api.http.get("/cluster")).json()
     (seen,) = everything["hosts"]

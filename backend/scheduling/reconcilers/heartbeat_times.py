@@ -9,6 +9,7 @@ from sqlalchemy import select, update
 
 from backend.config import Settings
 from backend.db import utcnow
+from backend.hosts.changes import note_heartbeats
 from backend.hosts.models import Host
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.transaction import Transaction
@@ -31,6 +32,7 @@ class HeartbeatTimes:
         view.heard_since_recorded = set()
         now_wall = utcnow()
         rows = await tx.session.execute(select(Host.name, Host.id).where(Host.name.in_(heard)))
+        note_heartbeats(tx.session)
         await tx.session.execute(
             update(Host),
             [

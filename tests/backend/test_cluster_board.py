@@ -1,0 +1,193 @@
+"""The cluster view kept in memory (backend.hosts.board): after every kind of change it is what
+reading everything afresh gives."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
+from backend.config import Settings
+from backend.hosts import service
+from backend.hosts.models import Host
+from backend.hosts.usage import UsageBoard
+from backend.jobs.models import Job, Task
+from backend.jobs.service import create_job
+from backend.jobs.spec import validate_spec
+from backend.jobs.states import HostStatus, JobStatus, TaskStatus
+from backend.scheduling.cluster import ClusterView
+from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
+from backend.scheduling.transaction import Transaction
+from tests.conftest import Api
+from tests.support.factories import make_host, make_spec
+
+
+def _without_ages(view: dict[str, Any]) -> tuple[dict[str, Any], list[float]]:
+    hosts = [{k: v for k, v in h.items() if k != "heartbeat_age_seconds"} for h in view["hosts"]]
+    return {**view, "hosts": hosts}, [h["heartbeat_age_seconds"] for h in view["hosts"]]
+
+
+async def _same_as_read_afresh(api: Api) -> dict[str, Any]:
+    """GET /cluster, checked against the view built from every row read now."""
+    served: dict[str, Any] = (await api.http.get("/cluster")).json()
+    usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
+    async with api.session() as session:
+        fresh = usage.annotate_cluster(await service.cluster_view(session=session))
+    (got, got_ages), (want, want_ages) = (
+        _without_ages(served),
+        _without_ages(fresh.model_dump(mode="json")),
+    )
+    assert got == want
+    assert all(abs(a - b) < 2 for a, b in zip(got_ages, want_ages, strict=True))
+    return served
+
+
+async def _tasks(api: Api, job_id: int) -> dict[str, Task]:
+    async with api.session() as session:
+        return {t.name: t for t in await session.scalars(select(Task).where(Task.job_id == job_id))}
+
+
+async def _write_tasks(api: Api, job_id: int, **changes: dict[str, Any]) -> None:
+    """Set fields of the job's tasks by name, in one transaction, as the controller would."""
+    async with api.session() as session:
+        hosts = {h.name: h.id for h in await session.scalars(select(Host))}
+        for task in await session.scalars(select(Task).where(Task.job_id == job_id)):
+            for field, value in changes.get(task.name, {}).items():
+                if field == "host":
+                    task.host_id = None if value is None else hosts[value]
+                else:
+                    setattr(task, field, value)
+        await session.commit()
+
+
+async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=2)
+        await make_host(session, "host-b", gpus=2)
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+        job_id = job.id
+    await _same_as_read_afresh(api)  # the first read: everything
+
+    # An agent says hello again with other devices, from another address.
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=1, address="10.0.0.9")
+        await session.commit()
+    view = await _same_as_read_afresh(api)
+    assert [d["index"] for d in view["hosts"][0]["devices"]] == [0]
+
+    # Placed, then one task moved from one host to the other, then one finished.
+    await _write_tasks(
+        api,
+        job_id,
+        **{
+            "chief:0": {"host": "host-a", "port": 42000, "status": TaskStatus.running},
+            "worker:0": {"host": "host-a", "port": 42001, "gpu_indices": [0]},
+            "worker:1": {"host": "host-b", "port": 42000, "gpu_indices": [1]},
+            "ps:0": {"host": "host-b", "port": 42001, "status": TaskStatus.running},
+        },
+    )
+    await _write_tasks(
+        api, job_id, **{n: {"status": TaskStatus.running} for n in ("worker:0", "worker:1")}
+    )
+    view = await _same_as_read_afresh(api)
+    assert view["totals"]["live_tasks"] == 4
+    await _write_tasks(api, job_id, **{"worker:0": {"host": "host-b", "gpu_indices": [0]}})
+    view = await _same_as_read_afresh(api)
+    assert [len(h["tasks"]) for h in view["hosts"]] == [1, 3]
+    await _write_tasks(api, job_id, **{"ps:0": {"status": TaskStatus.succeeded}})
+    view = await _same_as_read_afresh(api)
+    assert view["totals"]["live_tasks"] == 3
+
+    # Usage sampled by host-b's agent: its device and a task show the samples.
+    usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
+    attempt = (await _tasks(api, job_id))["worker:1"].attempt
+    await usage.record(
+        "host-b",
+        UsageReport(
+            wall_time=time.time(),
+            devices=[DeviceStats(index=1, utilization_percent=87.5)],
+            tasks=[
+                TaskStats(
+                    key=TaskKey(job_id=job_id, task="worker:1", attempt=attempt), cpu_percent=50
+                )
+            ],
+        ),
+    )
+    view = await _same_as_read_afresh(api)
+    host_b = view["hosts"][1]
+    assert host_b["devices"][1]["stats"]["utilization_percent"] == 87.5
+    assert [t["stats"] and t["stats"]["cpu_percent"] for t in host_b["tasks"]] == [None, 50]
+
+    # Heartbeat times written by the controller (past the ORM): the ages follow.
+    view_of_agents = ClusterView()
+    view_of_agents.heard_from("host-a")
+    view_of_agents.last_heard["host-a"] -= 30
+    async with api.session() as session:
+        settings = Settings(heartbeat_seconds=1.0)
+        tx = Transaction(session=session, backend=None)  # type: ignore[arg-type]
+        await HeartbeatTimes(view=view_of_agents, settings=settings).reconcile(tx)
+        await session.commit()
+    view = await _same_as_read_afresh(api)
+    assert view["hosts"][0]["heartbeat_age_seconds"] >= 30
+
+    # host-b lost; then its job is done, and host-a is forgotten (rows deleted past the ORM).
+    async with api.session() as session:
+        host_b_row = await session.scalar(select(Host).where(Host.name == "host-b"))
+        assert host_b_row is not None
+        host_b_row.status = HostStatus.lost
+        await session.commit()
+    view = await _same_as_read_afresh(api)
+    assert view["totals"] == {
+        "hosts": 2,
+        "online_hosts": 1,
+        "gpus": 3,
+        "free_gpus": 1,
+        "live_tasks": 3,
+    }
+    finished = {n: {"status": TaskStatus.succeeded} for n in ("chief:0", "worker:0", "worker:1")}
+    await _write_tasks(api, job_id, **finished)
+    async with api.session() as session:
+        (await session.get_one(Job, job_id)).status = JobStatus.succeeded
+        await session.commit()
+    assert (await api.http.delete("/hosts/host-a")).status_code == 200
+    view = await _same_as_read_afresh(api)
+    assert [h["name"] for h in view["hosts"]] == ["host-b"]
+
+
+async def test_a_change_committed_while_the_board_reads_is_read_next_time(
+    api: Api, monkeypatch: Any
+) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=1)
+        await session.commit()
+    await _same_as_read_afresh(api)
+    async with api.session() as session:
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+        job_id = job.id
+    scheduled = TaskStatus.scheduled
+    await _write_tasks(
+        api, job_id, **{"chief:0": {"host": "host-a", "port": 42000, "status": scheduled}}
+    )
+
+    read_rows = service.cluster_rows
+    committed_meanwhile: list[bool] = []
+
+    async def rows_then_a_commit(**kwargs: Any) -> service.ClusterRows:
+        rows = await read_rows(**kwargs)
+        if not committed_meanwhile:  # a transaction commits after the board read its rows
+            committed_meanwhile.append(True)
+            await _write_tasks(
+                api, job_id, **{"worker:0": {"host": "host-a", "port": 42001, "status": scheduled}}
+            )
+        return rows
+
+    monkeypatch.setattr(service, "cluster_rows", rows_then_a_commit)
+    first = (await api.http.get("/cluster")).json()
+    assert [t["task"] for t in first["hosts"][0]["tasks"]] == ["chief:0"]
+    assert committed_meanwhile
+    view = await _same_as_read_afresh(api)
+    assert [t["task"] for t in view["hosts"][0]["tasks"]] == ["chief:0", "worker:0"]
