@@ -152,11 +152,14 @@ class Checkpoint(Base):
 def _tasks_change_their_job(session: Session, _context: object, _instances: object) -> None:
     """A change to a task is a change to its job: the job's row is updated too, so that its
     version check catches a task change made from a stale view of the job."""
-    for task in (*session.new, *session.dirty):
+    # Each of session.new and .dirty builds a new set, the latter by comparing every modified
+    # object's attributes: taken once, not once per task (a placement pass flushes hundreds).
+    new, dirty = session.new, session.dirty
+    for task in (*new, *dirty):
         if not isinstance(task, Task) or task.job_id is None:
             continue
-        if task in session.dirty and not session.is_modified(task, include_collections=False):
+        if task in dirty and not session.is_modified(task, include_collections=False):
             continue
         job = session.get(Job, task.job_id)
-        if job is not None and job not in session.new:
+        if job is not None and job not in new:
             job.updated_at = utcnow()
