@@ -103,14 +103,7 @@ async def submit_job(
     await session.rollback()
 
     async def create(tx: Transaction) -> Job:
-        # Recorded first, so that the job's first event names who submitted it too.
-        entry = await audit.record(
-            session=tx.session,
-            principal=principal,
-            source=source,
-            action=AuditAction.job_submit,
-            detail={"name": spec.name},
-        )
+        audit.name_actor(session=tx.session, principal=principal)  # in the job's first event
         project = await teams_service.project_for_submit(
             session=tx.session, access=access, name=spec.project
         )
@@ -120,7 +113,16 @@ async def submit_job(
             project_id=project.id,
             submitted_by=principal.label,
         )
-        entry.job_id, entry.project_id = job.id, job.project_id
+        # Recorded once the job has its id: one INSERT, where a first entry was then updated.
+        await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.job_submit,
+            project_id=job.project_id,
+            job_id=job.id,
+            detail={"name": spec.name},
+        )
         return job
 
     # Under the controller's lock, like every change to jobs (see Controller.apply).

@@ -37,6 +37,11 @@ def _name_the_actor(session: Session, _context: object, _instances: object) -> N
             obj.actor = actor
 
 
+def name_actor(*, session: AsyncSession, principal: Principal) -> None:
+    """Have the job events this transaction records from now on name `principal`."""
+    session.info[ACTOR] = principal.label
+
+
 async def record(
     *,
     session: AsyncSession,
@@ -50,7 +55,7 @@ async def record(
 ) -> AuditEntry:
     """Record a change made by `principal` from `source`; the job events this transaction
     records from now on name the same actor."""
-    session.info[ACTOR] = principal.label
+    name_actor(session=session, principal=principal)
     entry = AuditEntry(
         actor=principal.label,
         user_id=principal.user_id,

@@ -54,16 +54,19 @@ async def visible_project(*, session: AsyncSession, access: Access, name: str) -
 async def project_for_submit(*, session: AsyncSession, access: Access, name: str | None) -> Project:
     """Where a new job goes: the project its spec names, else the user's default project,
     else `default`; the caller must be a member of it (or an admin of it)."""
+    project: Project | None = None
     if name is None and access.principal.user_id is not None:
         user = await session.get(User, access.principal.user_id)
         if user is not None and user.default_project_id is not None:
             project = await session.get(Project, user.default_project_id)
-            if project is not None:
-                name = project.name
-    if name is None:
+    if project is None and name is None:
         project = await default_project(session=session)
-        name = project.name
-    project = await visible_project(session=session, access=access, name=name)
+    if project is None:
+        assert name is not None  # else `default` was found or made above
+        project = await find_project(session=session, name=name)
+    name = project.name if project is not None else name
+    if project is None or access.role_in(project.id) is None:
+        raise NotFound(f"no project named {name}")  # as visible_project says it
     role = access.role_in(project.id)
     if role is None or role < ProjectRole.member:
         raise Forbidden(
