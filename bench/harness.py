@@ -252,6 +252,21 @@ def percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+def measured_on() -> dict[str, str]:
+    """The commit a run measured (with "+changes" when the tree had uncommitted changes) and
+    the day: results from several runs share a page, each says what it is of."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+changes"
+    return {"commit": commit, "date": datetime.datetime.now(datetime.UTC).date().isoformat()}
+
+
 def machine_info(postgres_admin_url: str | None = None) -> dict[str, Any]:
     model = "unknown"
     with contextlib.suppress(OSError):

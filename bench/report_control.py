@@ -293,13 +293,14 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         "requests at a time; the latencies are measured once all of them run, with every agent",
         "heartbeating. The server, the agents' processes and the benchmark share the machine's",
         f"{scale['machine'].get('nproc', '?')} cores, and so may other work: the load average",
-        "(1 min) at the start and the end of each run is in the last column.",
+        "(1 min) at the start and the end of each run is in the last columns, with the commit",
+        "it measured.",
         *(["", scale["note"]] if scale.get("note") else []),
         "",
         "| Database | Agents | Tasks | Submit N jobs | All running | GET /jobs p50/p99 | "
         "GET /cluster p50/p99 | GET /jobs/{id} p50/p99 | POST /jobs p50/p99 | "
-        "Server CPU, heartbeats | Server RSS | Load average |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "Server CPU, heartbeats | Server RSS | Load average | Measured on |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def latency(run: dict[str, Any], key: str) -> str:
@@ -313,7 +314,7 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {database} | {run['agents']:,} | {run['tasks']:,} | {run['failed']} |"
                 + " |" * 7
-                + f" {_loads(run)} |"
+                + f" {_loads(run)} | {_measured_on(run)} |"
             )
             continue
         lines.append(
@@ -322,7 +323,7 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             f"{latency(run, 'get_jobs')} | {latency(run, 'get_cluster')} | "
             f"{latency(run, 'get_job')} | {latency(run, 'post_jobs')} | "
             f"{run['server_cores_heartbeats_only']:.2f} cores | {run['server_rss_mib']:.0f} MiB | "
-            f"{_loads(run)} |"
+            f"{_loads(run)} | {_measured_on(run)} |"
         )
     for run in scale["runs"]:
         where = f"{run['agents']:,} agents on {_database(run)}"
@@ -350,6 +351,11 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _measured_on(run: dict[str, Any]) -> str:
+    on = run.get("measured_on")
+    return f"{on['commit']}, {on['date']}" if on else "not recorded"
 
 
 def _loads(run: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ from bench.harness import (
     Server,
     cpu_seconds,
     machine_info,
+    measured_on,
     percentile,
     postgres_cluster,
     postgres_database,
@@ -279,11 +280,12 @@ def measure(
         "STRATA_BENCH_GC_LOG": str(gc_log),
     }
     load_at_start = os.getloadavg()[0]  # the machine may be shared: said beside the figures
+    provenance = {"measured_on": measured_on()}
     with strata_server(database_url, extra_env=probe) as server:
         try:
             measured = _measure(server, agents, requests, place_timeout, profiles)
             loads = {"load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)]}
-            result = {"database": database, **measured, **loads}
+            result = {"database": database, **measured, **loads, **provenance}
             if "failed" not in result:
                 result["full_collections"] = full_collections(gc_log, result.pop("_window"))
             return result
@@ -297,6 +299,7 @@ def measure(
                 "tasks": 10 * agents,
                 "failed": str(exc) or type(exc).__name__,
                 "load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
+                **provenance,
             }
 
 
@@ -440,8 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     results["runs"] = []
     if args.keep and (RESULTS / "scale.json").exists():
         again = {(database, count) for database in args.databases for count in counts}
-        earlier = json.loads((RESULTS / "scale.json").read_text())["runs"]
-        results["runs"] = [r for r in earlier if (r["database"], r["agents"]) not in again]
+        earlier = json.loads((RESULTS / "scale.json").read_text())
+        results["runs"] = [r for r in earlier["runs"] if (r["database"], r["agents"]) not in again]
+        if "note" in earlier:  # written by hand about the runs kept: kept with them
+            results["note"] = earlier["note"]
     for database in args.databases:
         with contextlib.ExitStack() as stack:
             admin_url = (
