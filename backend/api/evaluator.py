@@ -53,4 +53,4 @@ async def evaluator(
             detail={"action": body.action},
         )
     )
-    return service.job_read(await service.get_job(session=session, job_id=job_id))
+    return await service.read_job(session=session, job_id=job_id)

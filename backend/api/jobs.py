@@ -189,9 +189,7 @@ async def list_jobs(
 async def read_job(job_id: JobId, session: SessionDep, usage: UsageDep, _: JobReader) -> JobRead:
     """A job with its tasks (and their last CPU and memory samples), placement, status and
     reason."""
-    return usage.annotate_job(
-        service.job_read(await service.get_job(session=session, job_id=job_id))
-    )
+    return usage.annotate_job(await service.read_job(session=session, job_id=job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
@@ -213,7 +211,7 @@ async def cancel_job(
             job_id=job_id,
         )
     )
-    return service.job_read(await service.get_job(session=session, job_id=job_id))
+    return await service.read_job(session=session, job_id=job_id)
 
 
 @router.post("/{job_id}/restart", response_model=JobRead, responses=error_responses(404, 409))
@@ -235,7 +233,7 @@ async def restart_job(
             job_id=job_id,
         )
     )
-    return service.job_read(await service.get_job(session=session, job_id=job_id))
+    return await service.read_job(session=session, job_id=job_id)
 
 
 @router.get(

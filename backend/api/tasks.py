@@ -57,7 +57,7 @@ async def restart_task(
             target=task,
         )
     )
-    return service.job_read(await service.get_job(session=session, job_id=job_id))
+    return await service.read_job(session=session, job_id=job_id)
 
 
 class LogPage(BaseModel):

@@ -1,72 +1,140 @@
-"""Which hosts each transaction changed, told to the cluster board once it has ended.
+"""What each transaction changed of the cluster view, told to the cluster board once it has
+committed.
 
-Mapper listeners note the hosts whose row, devices or placed tasks each flush writes (a task
-moved off a host names both), and a session listener hands them to the board after commit
-(backend.hosts.board), which reads again only those. Statements that bypass the ORM's unit of
-work name their hosts themselves (`note_hosts`, `note_heartbeats`). A rollback hands them over
-too: reading a host again that did not change costs a read, missing one would show it stale.
+Mapper listeners note, row by row as a flush writes them, each task as written (where it is,
+its status, its port and GPUs), each new job's name, and the hosts whose row or devices were
+written; a session listener hands them to the board after commit (backend.hosts.board), which
+applies the tasks in memory and reads again only those hosts. Statements that bypass the
+ORM's unit of work name their hosts themselves (`note_hosts`, `note_heartbeats`).
+
+A rollback discards what its transaction noted: nothing of it is in the database. A savepoint
+rolled back inside a transaction turns the tasks noted so far into hosts to read again once
+the transaction commits, since some of them may have been undone and others not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, cast
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Mapper, Session, object_session
-from sqlalchemy.orm.attributes import get_history
+from sqlalchemy.orm import Mapper, Session, SessionTransaction, object_session
 
 from backend.hosts.models import Device, Host
-from backend.jobs.models import Task
+from backend.jobs.models import Job, Task
+from backend.jobs.states import TaskStatus
 from backend.streams.events import PublishingSession
 
 BOARD = "strata.cluster_board"
-CHANGED_HOSTS = "strata.changed_hosts"
-HEARTBEATS = "strata.heartbeats_written"
+PENDING = "strata.cluster_changes"
+
+
+@dataclass(slots=True)
+class TaskRow:
+    """What the cluster view shows of a task, as a flush wrote it or as it was read."""
+
+    task_id: int
+    host_id: int | None
+    job_id: int
+    role: str
+    index: int
+    status: TaskStatus
+    port: int | None
+    gpus: list[int]
+
+
+@dataclass
+class ClusterChanges:
+    hosts: set[int] = field(default_factory=set)  # to read again: their row or devices changed
+    tasks: dict[int, TaskRow] = field(default_factory=dict)  # by task id, the last written
+    job_names: dict[int, str] = field(default_factory=dict)  # of jobs inserted
+    heartbeats: bool = False  # hosts' heartbeat times were written
+    # Tasks whose hosts, the one each was on and the one it is on, are to be read again.
+    reread_tasks: set[int] = field(default_factory=set)
+
+    def merge(self, other: ClusterChanges) -> None:
+        self.hosts |= other.hosts
+        self.tasks.update(other.tasks)
+        self.job_names.update(other.job_names)
+        self.heartbeats = self.heartbeats or other.heartbeats
+        self.reread_tasks |= other.reread_tasks
 
 
 class ChangeListener(Protocol):
-    def changed(self, hosts: set[int], heartbeats: bool) -> None: ...
+    def changed(self, changes: ClusterChanges) -> None: ...
+
+
+def _pending(session: AsyncSession | Session) -> ClusterChanges:
+    pending: ClusterChanges = session.info.setdefault(PENDING, ClusterChanges())
+    return pending
 
 
 def note_hosts(session: AsyncSession | Session, host_ids: Iterable[int]) -> None:
     """Hosts written by a statement the ORM does not track (a bulk UPDATE or DELETE)."""
-    session.info.setdefault(CHANGED_HOSTS, set()).update(host_ids)
+    _pending(session).hosts.update(host_ids)
 
 
 def note_heartbeats(session: AsyncSession | Session) -> None:
     """Hosts' last heartbeat times were written (only their ages change in the view)."""
-    session.info[HEARTBEATS] = True
+    _pending(session).heartbeats = True
 
 
 def _note_written(_mapper: Mapper[Any], _connection: Connection, target: object) -> None:
-    """Called by the flush for each row of a task, device or host it writes."""
+    """Called by the flush for each row of a task, job, device or host it writes."""
     session = object_session(target)
     if session is None or BOARD not in session.info:
         return
+    pending = _pending(session)
     if isinstance(target, Task):
-        # Where it was and where it is: a task moved or released changes both hosts.
-        written = [h for h in get_history(target, "host_id").sum() if h is not None]
+        pending.tasks[target.id] = TaskRow(
+            target.id,
+            target.host_id,
+            target.job_id,
+            target.role,
+            target.index,
+            target.status,
+            target.port,
+            list(target.gpu_indices or []),
+        )
+    elif isinstance(target, Job):
+        pending.job_names[target.id] = target.name
     elif isinstance(target, Device):
-        written = [target.host_id]
-    else:
-        written = [cast(Host, target).id]
-    note_hosts(session, written)
+        pending.hosts.add(target.host_id)
+    elif isinstance(target, Host):
+        pending.hosts.add(target.id)
 
 
 # Row by row from the flush, rather than from session.dirty after it: that set is built by
 # comparing every modified object's attributes, which cost a placement pass several percent.
-for model in (Task, Device, Host):
-    for when in ("after_insert", "after_update", "after_delete"):
+for model, events in (
+    (Task, ("after_insert", "after_update")),  # tasks are deleted only with their job: never
+    (Job, ("after_insert",)),  # a job's name never changes
+    (Device, ("after_insert", "after_update", "after_delete")),
+    (Host, ("after_insert", "after_update", "after_delete")),
+):
+    for when in events:
         event.listen(model, when, _note_written)
 
 
 @event.listens_for(PublishingSession, "after_commit")
-@event.listens_for(PublishingSession, "after_rollback")
 def _hand_over(session: Session) -> None:
-    hosts: set[int] = session.info.pop(CHANGED_HOSTS, set())
-    heartbeats: bool = session.info.pop(HEARTBEATS, False)
+    if session.in_nested_transaction():
+        return  # a savepoint released: the transaction around it has yet to commit
+    changes: ClusterChanges | None = session.info.pop(PENDING, None)
     board: ChangeListener | None = session.info.get(BOARD)
-    if board is not None and (hosts or heartbeats):
-        board.changed(hosts, heartbeats)
+    if board is not None and changes is not None:
+        board.changed(changes)
+
+
+@event.listens_for(PublishingSession, "after_soft_rollback")
+def _rolled_back(session: Session, previous: SessionTransaction) -> None:
+    if not previous.nested:
+        session.info.pop(PENDING, None)
+        return
+    pending: ClusterChanges | None = session.info.get(PENDING)
+    if pending is not None:
+        pending.hosts.update(t.host_id for t in pending.tasks.values() if t.host_id is not None)
+        pending.reread_tasks.update(pending.tasks)
+        pending.tasks.clear()

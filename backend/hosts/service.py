@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
@@ -13,19 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from agents.runtime_environment import EngineInfo
-from agents.vocabulary import format_task_name
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
-from backend.hosts.changes import note_hosts
+from backend.hosts.changes import TaskRow, note_hosts
 from backend.hosts.models import Device, Host
 from backend.hosts.schemas import (
-    ClusterRead,
-    ClusterTotals,
     DeviceRead,
-    DeviceUsage,
     HostRead,
-    HostUsage,
-    TaskRef,
 )
 from backend.jobs.models import Job, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, HostStatus, TaskStatus
@@ -206,25 +199,28 @@ def device_read(device: Device) -> DeviceRead:
     )
 
 
+LIVE_IN_VIEW = (TaskStatus.scheduled, TaskStatus.running)  # tasks that hold part of a host
+
+
 @dataclass(frozen=True)
 class ClusterRows:
     """What the cluster view is built from, read as plain rows: loading a thousand hosts and
     their eight thousand devices as objects was most of a request."""
 
     hosts: list[Any]
-    devices: dict[int, list[Any]]
-    live: dict[int, list[Any]]  # by host id, in (job, role, index) order
-    read_at: datetime
+    # By host id, in index order: (index, kind, name, uuid, memory_mb, simulated).
+    devices: dict[int, list[tuple[int, str, str, str | None, int | None, bool]]]
+    live: dict[int, list[TaskRow]]  # by host id
+    job_names: dict[int, str]  # of the jobs of those tasks
 
 
 async def cluster_rows(
     *, session: AsyncSession, host_ids: Collection[int] | None = None
 ) -> ClusterRows:
     """Every host's rows, or only those of `host_ids` (gone hosts are left out)."""
-    read_at = utcnow()
     hosts = select(
         Host.id, Host.name, Host.address, Host.status, Host.engine, Host.last_heartbeat_at
-    ).order_by(Host.name)
+    )
     devices = select(
         Device.host_id,
         Device.index,
@@ -237,6 +233,7 @@ async def cluster_rows(
     # The jobs' specs and the tasks' TF_CONFIGs are not shown here.
     live = (
         select(
+            Task.id,
             Task.host_id,
             Task.job_id,
             Job.name,
@@ -247,98 +244,29 @@ async def cluster_rows(
             Task.gpu_indices,
         )
         .join(Task.job)
-        .where(
-            Task.host_id.is_not(None),
-            Task.status.in_([TaskStatus.scheduled, TaskStatus.running]),
-        )
-        .order_by(Task.job_id, Task.role, Task.index)
+        .where(Task.host_id.is_not(None), Task.status.in_(LIVE_IN_VIEW))
     )
     if host_ids is not None:
         hosts = hosts.where(Host.id.in_(host_ids))
         devices = devices.where(Device.host_id.in_(host_ids))
         live = live.where(Task.host_id.in_(host_ids))
-    by_host: dict[int, list[Any]] = defaultdict(list)
-    for device in await session.execute(devices):
-        by_host[device.host_id].append(device)
-    tasks: dict[int, list[Any]] = defaultdict(list)
-    for task in await session.execute(live):
-        tasks[task.host_id].append(task)
-    return ClusterRows(
-        hosts=list(await session.execute(hosts)), devices=by_host, live=tasks, read_at=read_at
-    )
-
-
-def host_usage(
-    host: Any, devices: Sequence[Any], live: Sequence[Any], read_at: datetime
-) -> HostUsage:
-    """A host of the cluster view from its rows, with the live tasks that hold its devices
-    (no I/O: it may run in a worker thread)."""
-    refs: list[TaskRef] = []
-    holder: dict[int, TaskRef] = {}
-    for _, job_id, job_name, role, index, status, port, held in live:
-        ref = TaskRef(
-            job_id=job_id,
-            job_name=job_name,
-            task=format_task_name(role, index),
-            status=status,
-            port=port,
-            gpus=list(held or []),
+    by_host: dict[int, list[tuple[int, str, str, str | None, int | None, bool]]]
+    by_host = defaultdict(list)
+    for owner, *device in await session.execute(devices):
+        by_host[owner].append(tuple(device))  # type: ignore[arg-type]  # as selected
+    tasks: dict[int, list[TaskRow]] = defaultdict(list)
+    names: dict[int, str] = {}
+    for row in await session.execute(live):
+        task_id, host_id, job_id, job_name, role, index, status, port, gpus = row
+        assert host_id is not None  # as the query asks
+        names[job_id] = job_name
+        tasks[host_id].append(
+            TaskRow(task_id, host_id, job_id, role, index, status, port, gpus or [])
         )
-        refs.append(ref)
-        for gpu in held or []:
-            holder[gpu] = ref
-    return HostUsage(
-        name=host.name,
-        address=host.address,
-        status=host.status,
-        heartbeat_age_seconds=max(0.0, (read_at - host.last_heartbeat_at).total_seconds()),
-        engine=None if host.engine is None else EngineInfo.model_validate(host.engine),
-        devices=[
-            DeviceUsage(
-                index=d.index,
-                kind=d.kind,
-                name=d.name,
-                uuid=d.uuid,
-                memory_mb=d.memory_mb,
-                simulated=d.simulated,
-                task=holder.get(d.index),
-            )
-            for d in devices
-        ],
-        tasks=refs,
+    return ClusterRows(
+        hosts=list(await session.execute(hosts)), devices=by_host, live=tasks, job_names=names
     )
-
-
-def cluster_totals(hosts: Sequence[HostUsage]) -> ClusterTotals:
-    return ClusterTotals(
-        hosts=len(hosts),
-        online_hosts=sum(h.status is HostStatus.online for h in hosts),
-        gpus=sum(len(h.devices) for h in hosts),
-        free_gpus=sum(free_gpus(h) for h in hosts),
-        live_tasks=sum(len(h.tasks) for h in hosts),
-    )
-
-
-def free_gpus(host: HostUsage) -> int:
-    """Its devices no task holds, if it is online (a lost host's are nobody's to use)."""
-    if host.status is not HostStatus.online:
-        return 0
-    return sum(1 for d in host.devices if d.task is None)
-
-
-def cluster_read(rows: ClusterRows) -> ClusterRead:
-    """Every host with its devices and the live tasks that hold them (no I/O)."""
-    hosts = [
-        host_usage(host, rows.devices.get(host.id, []), rows.live.get(host.id, []), rows.read_at)
-        for host in rows.hosts
-    ]
-    return ClusterRead(hosts=hosts, totals=cluster_totals(hosts))
 
 
 def _age(host: Host) -> float:
     return max(0.0, (utcnow() - host.last_heartbeat_at).total_seconds())
-
-
-async def cluster_view(*, session: AsyncSession) -> ClusterRead:
-    """Every host with its devices and the live tasks that hold them, read now."""
-    return cluster_read(await cluster_rows(session=session))

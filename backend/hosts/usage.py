@@ -19,10 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from agents.protocol import DeviceStats, TaskStats, UsageReport
 from agents.vocabulary import format_task_name
 from backend.hosts.schemas import (
-    ClusterRead,
     DeviceStatsRead,
     HostRead,
-    HostUsage,
     TaskStatsRead,
 )
 from backend.jobs.models import Task
@@ -113,22 +111,9 @@ class UsageBoard:
                 device.stats = self.device(host.name, device.index) if online else None
         return hosts
 
-    def annotate_cluster(self, cluster: ClusterRead) -> ClusterRead:
-        for host in cluster.hosts:
-            self.annotate_host_usage(host)
-        return cluster
-
-    def annotate_host_usage(self, host: HostUsage) -> HostUsage:
-        online = host.status is HostStatus.online
-        for device in host.devices:
-            device.stats = self.device(host.name, device.index) if online else None
-        for ref in host.tasks:
-            ref.stats = self.task(ref.job_id, ref.task)
-        return host
-
     def samples_of(self, host: str, tasks: Iterable[TaskName]) -> tuple[float | None, ...]:
-        """When the samples that annotate_host_usage would show for this host were taken:
-        while they stay the same, so does what it adds."""
+        """When the samples of this host's devices and of these tasks were taken: while they
+        stay the same, so do the stats the cluster view shows for them."""
         sampled = self._devices.get(host)
         tasks_sampled = (self._tasks.get(name) for name in tasks)
         return (

@@ -116,17 +116,31 @@ async def list_jobs(
             .offset(offset)
         )
     ).all()
-    tasks: dict[int, list[TaskRead]] = {job.id: [] for job in jobs}
-    if jobs:
+    tasks = await _task_reads(session, [job.id for job in jobs])
+    return [_job_read(job, tasks[job.id]) for job in jobs], int(total or 0)
+
+
+async def read_job(*, session: AsyncSession, job_id: int) -> JobRead:
+    """A job's view, read as plain rows as for the list (a reader changes nothing)."""
+    job = (await session.execute(select(*_JOB_COLUMNS).where(Job.id == job_id))).first()
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return _job_read(job, (await _task_reads(session, [job_id]))[job_id])
+
+
+async def _task_reads(session: AsyncSession, job_ids: list[int]) -> dict[int, list[TaskRead]]:
+    """The views of these jobs' tasks, with their hosts' names, by job."""
+    tasks: dict[int, list[TaskRead]] = {job_id: [] for job_id in job_ids}
+    if job_ids:
         rows = await session.execute(
             select(Task.job_id, *_TASK_COLUMNS, Host.name.label("host"))
             .outerjoin(Host, Task.host_id == Host.id)
-            .where(Task.job_id.in_(list(tasks)))
+            .where(Task.job_id.in_(job_ids))
             .order_by(Task.id)
         )
         for row in rows:
             tasks[row.job_id].append(_task_row_read(row._mapping))
-    return [_job_read(job, tasks[job.id]) for job in jobs], int(total or 0)
+    return tasks
 
 
 async def job_exists(*, session: AsyncSession, job_id: int) -> bool:

@@ -3,15 +3,20 @@ reading everything afresh gives."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections import OrderedDict
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
 from backend.config import Settings
 from backend.hosts import service
 from backend.hosts.models import Host
+from backend.hosts.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
+from backend.hosts.service import LIVE_IN_VIEW
 from backend.hosts.usage import UsageBoard
 from backend.jobs.models import Job, Task
 from backend.jobs.service import create_job
@@ -24,24 +29,86 @@ from tests.conftest import Api
 from tests.support.factories import make_host, make_spec
 
 
-def _without_ages(view: dict[str, Any]) -> tuple[dict[str, Any], list[float]]:
-    hosts = [{k: v for k, v in h.items() if k != "heartbeat_age_seconds"} for h in view["hosts"]]
-    return {**view, "hosts": hosts}, [h["heartbeat_age_seconds"] for h in view["hosts"]]
+async def _read_afresh(api: Api) -> ClusterRead:
+    """The cluster view built the plain way, from ORM objects and the schema's models: what
+    the board's encoding must equal."""
+    usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
+    async with api.session() as session:
+        hosts = (await session.scalars(select(Host).options(selectinload(Host.devices)))).all()
+        live = (
+            await session.execute(
+                select(Task, Job.name)
+                .join(Task.job)
+                .where(Task.host_id.is_not(None), Task.status.in_(LIVE_IN_VIEW))
+                .order_by(Task.job_id, Task.role, Task.index)
+            )
+        ).all()
+    views = []
+    for host in sorted(hosts, key=lambda h: h.name):
+        online = host.status is HostStatus.online
+        refs = [
+            TaskRef(
+                job_id=task.job_id,
+                job_name=job_name,
+                task=task.name,
+                status=task.status,
+                port=task.port,
+                gpus=task.gpu_indices,
+                stats=usage.task(task.job_id, task.name),
+            )
+            for task, job_name in live
+            if task.host_id == host.id
+        ]
+        holders = {gpu: ref for ref in refs for gpu in ref.gpus}
+        devices = [
+            DeviceUsage(
+                **service.device_read(d).model_dump(exclude={"stats"}),
+                stats=usage.device(host.name, d.index) if online else None,
+                task=holders.get(d.index),
+            )
+            for d in sorted(host.devices, key=lambda d: d.index)
+        ]
+        views.append(
+            HostUsage(
+                name=host.name,
+                address=host.address,
+                status=host.status,
+                heartbeat_age_seconds=service.host_read(host).heartbeat_age_seconds,
+                engine=service.engine_read(host),
+                devices=devices,
+                tasks=refs,
+            )
+        )
+    free = sum(
+        1 for h in views if h.status is HostStatus.online for d in h.devices if d.task is None
+    )
+    totals = ClusterTotals(
+        hosts=len(views),
+        online_hosts=sum(h.status is HostStatus.online for h in views),
+        gpus=sum(len(h.devices) for h in views),
+        free_gpus=free,
+        live_tasks=sum(len(h.tasks) for h in views),
+    )
+    return ClusterRead(hosts=views, totals=totals)
+
+
+def _without_ages(body: str) -> tuple[OrderedDict[str, Any], list[float]]:
+    """The view with its keys in order (OrderedDicts compare their order too), ages apart."""
+    view = json.loads(body, object_pairs_hook=OrderedDict)
+    return view, [host.pop("heartbeat_age_seconds") for host in view["hosts"]]
 
 
 async def _same_as_read_afresh(api: Api) -> dict[str, Any]:
-    """GET /cluster, checked against the view built from every row read now."""
-    served: dict[str, Any] = (await api.http.get("/cluster")).json()
-    usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
-    async with api.session() as session:
-        fresh = usage.annotate_cluster(await service.cluster_view(session=session))
+    """GET /cluster, checked against the view read afresh: the same bytes but for the ages."""
+    served = (await api.http.get("/cluster")).text
     (got, got_ages), (want, want_ages) = (
         _without_ages(served),
-        _without_ages(fresh.model_dump(mode="json")),
+        _without_ages((await _read_afresh(api)).model_dump_json()),
     )
     assert got == want
     assert all(abs(a - b) < 2 for a, b in zip(got_ages, want_ages, strict=True))
-    return served
+    view: dict[str, Any] = json.loads(served)
+    return view
 
 
 async def _tasks(api: Api, job_id: int) -> dict[str, Task]:
@@ -157,21 +224,22 @@ async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
     assert [h["name"] for h in view["hosts"]] == ["host-b"]
 
 
-async def test_a_change_committed_while_the_board_reads_is_read_next_time(
+async def test_a_change_committed_while_the_board_reads_a_host_is_applied_next_time(
     api: Api, monkeypatch: Any
 ) -> None:
     async with api.session() as session:
         await make_host(session, "host-a", gpus=1)
-        await session.commit()
-    await _same_as_read_afresh(api)
-    async with api.session() as session:
         job = await create_job(session=session, spec=validate_spec(make_spec()))
         await session.commit()
         job_id = job.id
+    await _same_as_read_afresh(api)
     scheduled = TaskStatus.scheduled
     await _write_tasks(
         api, job_id, **{"chief:0": {"host": "host-a", "port": 42000, "status": scheduled}}
     )
+    async with api.session() as session:  # the host's own row: it is read again
+        await make_host(session, "host-a", gpus=1, address="10.0.0.7")
+        await session.commit()
 
     read_rows = service.cluster_rows
     committed_meanwhile: list[bool] = []
@@ -180,14 +248,65 @@ async def test_a_change_committed_while_the_board_reads_is_read_next_time(
         rows = await read_rows(**kwargs)
         if not committed_meanwhile:  # a transaction commits after the board read its rows
             committed_meanwhile.append(True)
-            await _write_tasks(
-                api, job_id, **{"worker:0": {"host": "host-a", "port": 42001, "status": scheduled}}
-            )
+            worker = {"host": "host-a", "port": 42001, "status": scheduled}
+            await _write_tasks(api, job_id, **{"worker:0": worker})
         return rows
 
     monkeypatch.setattr(service, "cluster_rows", rows_then_a_commit)
     first = (await api.http.get("/cluster")).json()
-    assert [t["task"] for t in first["hosts"][0]["tasks"]] == ["chief:0"]
     assert committed_meanwhile
+    assert first["hosts"][0]["address"] == "10.0.0.7"
+    assert [t["task"] for t in first["hosts"][0]["tasks"]] == ["chief:0"]
     view = await _same_as_read_afresh(api)
     assert [t["task"] for t in view["hosts"][0]["tasks"]] == ["chief:0", "worker:0"]
+
+
+async def test_what_a_rollback_undid_is_not_shown(api: Api) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=2)
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+        job_id = job.id
+    await _same_as_read_afresh(api)
+    tasks: dict[str, dict[str, Any]] = {
+        "chief:0": {"host_id": 0, "port": 42000},
+        "worker:0": {"host_id": 0, "port": 42001, "gpu_indices": [0]},
+        "worker:1": {"host_id": 0, "port": 42002, "gpu_indices": [1]},
+    }
+
+    async def place(session: Any, name: str) -> None:
+        host = await session.scalar(select(Host).where(Host.name == "host-a"))
+        task = await session.scalar(
+            select(Task).where(
+                Task.job_id == job_id, Task.role == name[:-2], Task.index == int(name[-1])
+            )
+        )
+        for key, value in {**tasks[name], "host_id": host.id}.items():
+            setattr(task, key, value)
+        task.status = TaskStatus.running
+        await session.flush()
+
+    async with api.session() as session:  # the board knows the job from here on
+        await place(session, "chief:0")
+        await session.commit()
+    await _same_as_read_afresh(api)
+
+    async with api.session() as session:  # flushed, then rolled back: nothing happened
+        await place(session, "worker:0")
+        await session.rollback()
+        await session.execute(select(Host.id))  # the session goes on, and commits
+        await session.commit()
+    view = await _same_as_read_afresh(api)
+    assert view["totals"]["live_tasks"] == 1
+
+    async with api.session() as session:  # a savepoint undone inside a committed change
+        try:
+            async with session.begin_nested():
+                await place(session, "worker:0")
+                raise RuntimeError("undo the savepoint")
+        except RuntimeError:
+            pass
+        await place(session, "worker:1")
+        await session.commit()
+    view = await _same_as_read_afresh(api)
+    assert [t["task"] for t in view["hosts"][0]["tasks"]] == ["chief:0", "worker:1"]
