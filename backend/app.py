@@ -122,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(app.state.controller.run(), name="controller"),
             asyncio.create_task(app.state.ingestor.run(), name="ingestor"),
             asyncio.create_task(app.state.tensorboards.run(), name="tensorboards"),
+            asyncio.create_task(board.run(app.state.sessions, app.state.usage), name="board"),
         ]
         # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
         app.state.slurm = None

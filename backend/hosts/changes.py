@@ -106,16 +106,29 @@ def _note_written(_mapper: Mapper[Any], _connection: Connection, target: object)
         pending.hosts.add(target.id)
 
 
+def _note_updated(mapper: Mapper[Any], connection: Connection, target: object) -> None:
+    """A flush calls after_update for every object set dirty, also with nothing changed (a
+    host's status set online again): a host read again for nothing costs a read, so only net
+    changes count. (Tasks are compared by the board, more cheaply.)"""
+    session = object_session(target)
+    if isinstance(target, Task) or (
+        session is not None and session.is_modified(target, include_collections=False)
+    ):
+        _note_written(mapper, connection, target)
+
+
 # Row by row from the flush, rather than from session.dirty after it: that set is built by
 # comparing every modified object's attributes, which cost a placement pass several percent.
-for model, events in (
-    (Task, ("after_insert", "after_update")),  # tasks are deleted only with their job: never
+for model, inserted_or_deleted in (
+    (Task, ("after_insert",)),  # tasks are deleted only with their job: never
     (Job, ("after_insert",)),  # a job's name never changes
-    (Device, ("after_insert", "after_update", "after_delete")),
-    (Host, ("after_insert", "after_update", "after_delete")),
+    (Device, ("after_insert", "after_delete")),
+    (Host, ("after_insert", "after_delete")),
 ):
-    for when in events:
+    for when in inserted_or_deleted:
         event.listen(model, when, _note_written)
+    if model is not Job:
+        event.listen(model, "after_update", _note_updated)
 
 
 @event.listens_for(PublishingSession, "after_commit")

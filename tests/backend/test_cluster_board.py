@@ -14,6 +14,7 @@ from sqlalchemy.orm import selectinload
 from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
 from backend.config import Settings
 from backend.hosts import service
+from backend.hosts.board import ClusterBoard, HostPart
 from backend.hosts.models import Host
 from backend.hosts.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
 from backend.hosts.service import LIVE_IN_VIEW
@@ -310,3 +311,64 @@ async def test_what_a_rollback_undid_is_not_shown(api: Api) -> None:
         await session.commit()
     view = await _same_as_read_afresh(api)
     assert [t["task"] for t in view["hosts"][0]["tasks"]] == ["chief:0", "worker:1"]
+
+
+async def test_keeping_up_between_requests_leaves_a_request_nothing_to_encode(
+    api: Api, monkeypatch: Any
+) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=2)
+        await make_host(session, "host-b", gpus=2)
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+        job_id = job.id
+    board: ClusterBoard = api.app.state.cluster_board  # type: ignore[attr-defined]
+    usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
+    await board.keep_up(api.app.state.sessions, usage)  # type: ignore[attr-defined]
+    await _same_as_read_afresh(api)  # the first read: the board keeps up from here on
+    running = TaskStatus.running
+    await _write_tasks(
+        api,
+        job_id,
+        **{
+            "chief:0": {"host": "host-a", "port": 42000, "status": running},
+            "worker:0": {"host": "host-b", "port": 42000, "status": running, "gpu_indices": [1]},
+        },
+    )
+    await board.keep_up(api.app.state.sessions, usage)  # type: ignore[attr-defined]
+
+    encoded: list[str] = []
+    encode = HostPart.encode
+
+    def counted(part: HostPart, *args: Any) -> None:
+        encoded.append(part.row.name)
+        encode(part, *args)
+
+    monkeypatch.setattr(HostPart, "encode", counted)
+    view = await _same_as_read_afresh(api)
+    assert encoded == []
+    assert [[t["task"] for t in h["tasks"]] for h in view["hosts"]] == [["chief:0"], ["worker:0"]]
+
+
+async def test_a_row_written_with_nothing_changed_is_not_read_again(
+    api: Api, monkeypatch: Any
+) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=1)
+        await session.commit()
+    await _same_as_read_afresh(api)
+    read_rows = service.cluster_rows
+    reads: list[Any] = []
+
+    async def counted(**kwargs: Any) -> service.ClusterRows:
+        reads.append(kwargs.get("host_ids"))
+        return await read_rows(**kwargs)
+
+    monkeypatch.setattr(service, "cluster_rows", counted)
+    async with api.session() as session:  # as each comparison of what a host runs did
+        host = await session.scalar(select(Host).where(Host.name == "host-a"))
+        assert host is not None
+        host.status = HostStatus.online
+        await session.commit()
+    await _same_as_read_afresh(api)
+    assert reads == []

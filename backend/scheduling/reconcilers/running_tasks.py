@@ -107,7 +107,8 @@ class RunningTasks:
             host = hosts.get(name)
             if host is None:
                 continue
-            host.status = HostStatus.online
+            if host.status is not HostStatus.online:
+                host.status = HostStatus.online
             here = placed.get(host.id, {})
             agrees = await sync_running(tx, self.view, host, running, here, force=False)
             note_after_commit(tx, self.view, name, running, agrees)
