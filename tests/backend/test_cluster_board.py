@@ -130,13 +130,18 @@ async def _write_tasks(api: Api, job_id: int, **changes: dict[str, Any]) -> None
         await session.commit()
 
 
-async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
+async def _hosts_and_a_job(api: Api, hosts: dict[str, int]) -> int:
+    """Hosts by name with so many GPUs each, and a pending job; the job's id."""
     async with api.session() as session:
-        await make_host(session, "host-a", gpus=2)
-        await make_host(session, "host-b", gpus=2)
+        for name, gpus in hosts.items():
+            await make_host(session, name, gpus=gpus)
         job = await create_job(session=session, spec=validate_spec(make_spec()))
         await session.commit()
-        job_id = job.id
+        return job.id
+
+
+async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
+    job_id = await _hosts_and_a_job(api, {"host-a": 2, "host-b": 2})
     await _same_as_read_afresh(api)  # the first read: everything
 
     # An agent says hello again with other devices, from another address.
@@ -228,11 +233,7 @@ async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
 async def test_a_change_committed_while_the_board_reads_a_host_is_applied_next_time(
     api: Api, monkeypatch: Any
 ) -> None:
-    async with api.session() as session:
-        await make_host(session, "host-a", gpus=1)
-        job = await create_job(session=session, spec=validate_spec(make_spec()))
-        await session.commit()
-        job_id = job.id
+    job_id = await _hosts_and_a_job(api, {"host-a": 1})
     await _same_as_read_afresh(api)
     scheduled = TaskStatus.scheduled
     await _write_tasks(
@@ -263,11 +264,7 @@ async def test_a_change_committed_while_the_board_reads_a_host_is_applied_next_t
 
 
 async def test_what_a_rollback_undid_is_not_shown(api: Api) -> None:
-    async with api.session() as session:
-        await make_host(session, "host-a", gpus=2)
-        job = await create_job(session=session, spec=validate_spec(make_spec()))
-        await session.commit()
-        job_id = job.id
+    job_id = await _hosts_and_a_job(api, {"host-a": 2})
     await _same_as_read_afresh(api)
     tasks: dict[str, dict[str, Any]] = {
         "chief:0": {"host_id": 0, "port": 42000},
@@ -316,12 +313,7 @@ async def test_what_a_rollback_undid_is_not_shown(api: Api) -> None:
 async def test_keeping_up_between_requests_leaves_a_request_nothing_to_encode(
     api: Api, monkeypatch: Any
 ) -> None:
-    async with api.session() as session:
-        await make_host(session, "host-a", gpus=2)
-        await make_host(session, "host-b", gpus=2)
-        job = await create_job(session=session, spec=validate_spec(make_spec()))
-        await session.commit()
-        job_id = job.id
+    job_id = await _hosts_and_a_job(api, {"host-a": 2, "host-b": 2})
     board: ClusterBoard = api.app.state.cluster_board  # type: ignore[attr-defined]
     usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
     await board.keep_up(api.app.state.sessions, usage)  # type: ignore[attr-defined]
