@@ -407,7 +407,10 @@ def _submit_and_wait(http: httpx.Client, agents: int, timeout: float) -> tuple[f
     while (running := running_jobs(http)) < agents:
         now = time.monotonic()
         if now - began > timeout:
-            raise TimeoutError(f"only {running} of {agents} jobs running after {timeout:.0f} s")
+            raise TimeoutError(
+                f"only {running} of {agents} jobs running after {timeout:.0f} s (submitting "
+                f"them took {submitted:.0f} s)"
+            )
         if now - last_report > 15:
             last_report = now
             counts = {

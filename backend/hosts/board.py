@@ -98,8 +98,8 @@ class HostPart:
             for index, kind, name, uuid, memory_mb, simulated in self.devices
         ]
         engine = None if host.engine is None else EngineInfo.model_validate(host.engine)
-        self.head = to_json({"name": host.name, "address": host.address, "status": host.status})
-        self.head = self.head[:-1]
+        head = {"name": host.name, "address": host.address, "status": host.status}
+        self.head = to_json(head)[:-1]
         self.tail = b"," + to_json({"engine": engine, "devices": devices, "tasks": refs})[1:]
         self.names = names
         self.samples = usage.samples_of(host.name, self.names) if samples is None else samples
