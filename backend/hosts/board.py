@@ -117,6 +117,8 @@ class ClusterBoard:
 
     def changed(self, changes: ClusterChanges) -> None:
         """Told after a transaction commits (backend.hosts.changes)."""
+        if self._parts is None:
+            return  # never read yet: the first read reads everything (and nothing piles up)
         self._pending.merge(changes)
 
     async def body(self, sessions: Callable[[], AsyncSession], usage: UsageBoard) -> bytes:

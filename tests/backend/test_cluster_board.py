@@ -15,6 +15,7 @@ from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
 from backend.config import Settings
 from backend.hosts import service
 from backend.hosts.board import ClusterBoard, HostPart
+from backend.hosts.changes import ClusterChanges
 from backend.hosts.models import Host
 from backend.hosts.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
 from backend.hosts.service import LIVE_IN_VIEW
@@ -364,3 +365,14 @@ async def test_a_row_written_with_nothing_changed_is_not_read_again(
         await session.commit()
     await _same_as_read_afresh(api)
     assert reads == []
+
+
+async def test_nothing_piles_up_for_a_view_never_asked_for(api: Api) -> None:
+    job_id = await _hosts_and_a_job(api, {"host-a": 1})
+    await _write_tasks(
+        api, job_id, **{"chief:0": {"host": "host-a", "port": 42000, "status": TaskStatus.running}}
+    )
+    board: ClusterBoard = api.app.state.cluster_board  # type: ignore[attr-defined]
+    assert board._pending == ClusterChanges()  # the first read reads everything anyway
+    view = await _same_as_read_afresh(api)
+    assert view["totals"]["live_tasks"] == 1
