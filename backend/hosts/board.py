@@ -28,9 +28,9 @@ from backend.hosts import service
 from backend.hosts.changes import ClusterChanges, TaskRow
 from backend.hosts.models import Host
 from backend.hosts.schemas import ClusterTotals
-from backend.hosts.service import LIVE_IN_VIEW
+from backend.hosts.service import DeviceRow
 from backend.hosts.usage import UsageBoard
-from backend.jobs.states import HostStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class HostPart:
     HostUsage, encoded without its heartbeat age)."""
 
     row: Any
-    devices: list[tuple[int, str, str, str | None, int | None, bool]]  # ClusterRows's
+    devices: list[DeviceRow]
     live: dict[int, TaskRow]
     last_heartbeat_at: datetime
     head: bytes = b""  # '{"name":...,"status":...' : the fields before the heartbeat age
@@ -187,7 +187,7 @@ class ClusterBoard:
                 part.live.pop(task.task_id, None)
                 self._where.pop(task.task_id, None)
                 part.changed()
-            if task.host_id is None or task.status not in LIVE_IN_VIEW:
+            if task.host_id is None or task.status not in LIVE_TASK_STATUSES:
                 continue
             part = self._parts.get(task.host_id)
             if part is None or task.job_id not in self._job_names:

@@ -21,7 +21,7 @@ from backend.hosts.schemas import (
     HostRead,
 )
 from backend.jobs.models import Job, Task
-from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, HostStatus, TaskStatus
+from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, HostStatus
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,8 @@ def device_read(device: Device) -> DeviceRead:
     )
 
 
-LIVE_IN_VIEW = (TaskStatus.scheduled, TaskStatus.running)  # tasks that hold part of a host
+# A device as the cluster view shows it: (index, kind, name, uuid, memory_mb, simulated).
+DeviceRow = tuple[int, str, str, str | None, int | None, bool]
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,7 @@ class ClusterRows:
     their eight thousand devices as objects was most of a request."""
 
     hosts: list[Any]
-    # By host id, in index order: (index, kind, name, uuid, memory_mb, simulated).
-    devices: dict[int, list[tuple[int, str, str, str | None, int | None, bool]]]
+    devices: dict[int, list[DeviceRow]]  # by host id, in index order
     live: dict[int, list[TaskRow]]  # by host id
     job_names: dict[int, str]  # of the jobs of those tasks
 
@@ -244,14 +244,13 @@ async def cluster_rows(
             Task.gpu_indices,
         )
         .join(Task.job)
-        .where(Task.host_id.is_not(None), Task.status.in_(LIVE_IN_VIEW))
+        .where(Task.host_id.is_not(None), Task.status.in_(LIVE_TASK_STATUSES))
     )
     if host_ids is not None:
         hosts = hosts.where(Host.id.in_(host_ids))
         devices = devices.where(Device.host_id.in_(host_ids))
         live = live.where(Task.host_id.in_(host_ids))
-    by_host: dict[int, list[tuple[int, str, str, str | None, int | None, bool]]]
-    by_host = defaultdict(list)
+    by_host: dict[int, list[DeviceRow]] = defaultdict(list)
     for owner, *device in await session.execute(devices):
         by_host[owner].append(tuple(device))  # type: ignore[arg-type]  # as selected
     tasks: dict[int, list[TaskRow]] = defaultdict(list)

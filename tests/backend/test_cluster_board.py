@@ -18,12 +18,11 @@ from backend.hosts.board import ClusterBoard, HostPart
 from backend.hosts.changes import ClusterChanges
 from backend.hosts.models import Host
 from backend.hosts.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
-from backend.hosts.service import LIVE_IN_VIEW
 from backend.hosts.usage import UsageBoard
 from backend.jobs.models import Job, Task
 from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
-from backend.jobs.states import HostStatus, JobStatus, TaskStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.transaction import Transaction
@@ -41,7 +40,7 @@ async def _read_afresh(api: Api) -> ClusterRead:
             await session.execute(
                 select(Task, Job.name)
                 .join(Task.job)
-                .where(Task.host_id.is_not(None), Task.status.in_(LIVE_IN_VIEW))
+                .where(Task.host_id.is_not(None), Task.status.in_(LIVE_TASK_STATUSES))
                 .order_by(Task.job_id, Task.role, Task.index)
             )
         ).all()
