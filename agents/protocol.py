@@ -283,6 +283,14 @@ class LogsAck(_Message):
     next_line: int
 
 
+class HeartbeatPeriod(_Message):
+    """Beat this often from now on: the server stretches the period as the fleet grows, so
+    that it takes a bounded number of heartbeats a second in all."""
+
+    type: Literal["heartbeat_period"] = "heartbeat_period"
+    heartbeat_seconds: float = Field(gt=0)
+
+
 class Refused(_Message):
     """The server will not talk to this agent; it closes the socket after this frame."""
 
@@ -291,7 +299,8 @@ class Refused(_Message):
 
 
 ServerMessage = Annotated[
-    Welcome | StartTask | StopTask | LogsAck | Refused, Field(discriminator="type")
+    Welcome | StartTask | StopTask | LogsAck | HeartbeatPeriod | Refused,
+    Field(discriminator="type"),
 ]
 server_message = TypeAdapter[ServerMessage](ServerMessage)
 

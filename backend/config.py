@@ -49,7 +49,14 @@ class Settings(BaseSettings):
         "<data dir>/checkpoints when unset.",
     )
     heartbeat_seconds: float = Field(default=1.0, gt=0, description="Agents beat this often.")
-    # A host whose agent has been silent this long is marked lost.
+    max_heartbeats_per_second: float = Field(
+        default=1000.0,
+        gt=0,
+        description="The most heartbeats the whole fleet sends a second: a larger fleet is "
+        "told a longer period (backend.scheduling.pace).",
+    )
+    # A host whose agent has been silent this long is marked lost (at heartbeat_seconds; it
+    # is stretched with the period).
     heartbeat_timeout_seconds: float = Field(default=6.0, gt=0)
     stop_grace_seconds: float = Field(default=10.0, ge=0, description="SIGTERM → SIGKILL.")
     reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")

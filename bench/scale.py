@@ -5,10 +5,11 @@
 For each database and agent count A, a fresh `strata server` (SQLite in its data dir, or a
 fresh database on a throwaway PostgreSQL cluster) and A simulated agents: light
 clients speaking the real agent protocol over real websockets (`agents.protocol`), spread
-over a few processes, each agent declaring 8 simulated GPUs and heartbeating every second
-with the tasks it "runs". A start_task is answered with task_started (a made-up pid) and the
-task is reported in every heartbeat after; a stop_task with task_exited. Nothing trains: what
-is measured is the control plane.
+over a few processes, each agent declaring 8 simulated GPUs and heartbeating as often as
+the server says (every second up to 1,000 agents; past that the server stretches the period,
+backend.scheduling.pace) with the tasks it "runs". A start_task is answered with
+task_started (a made-up pid) and the task is reported in every heartbeat after; a stop_task
+with task_exited. Nothing trains: what is measured is the control plane.
 
 Then A parameter_server jobs of 10 tasks each (1 chief, 8 one-GPU workers, 1 ps), 10 x A tasks
 in all (10,000 at 1,000 agents), are submitted at once (8 requests at a time) and timed until
@@ -41,6 +42,7 @@ import httpx
 from agents.protocol import (
     Device,
     Heartbeat,
+    HeartbeatPeriod,
     Hello,
     RunningTask,
     StartTask,
@@ -91,6 +93,7 @@ class SimulatedAgent:
     def __init__(self, url: str, token: str, index: int) -> None:
         self.url, self.token = url, token
         self.running: dict[TaskKey, int] = {}
+        self.period = 1.0  # seconds between heartbeats, as the server says
         self.hello = Hello(
             name=f"sim-{index:05d}",
             identity=f"bench-sim-agent-{index:05d}",
@@ -119,7 +122,8 @@ class SimulatedAgent:
         welcome = server_message.validate_json(await ws.recv())
         if not isinstance(welcome, Welcome):
             raise RuntimeError(f"expected welcome, got {welcome.type}")
-        beat = asyncio.create_task(self._heartbeat(ws, welcome.heartbeat_seconds, hello.running))
+        self.period = welcome.heartbeat_seconds
+        beat = asyncio.create_task(self._heartbeat(ws, hello.running))
         try:
             async for raw in ws:
                 await self._handle(ws, server_message.validate_json(raw))
@@ -127,7 +131,9 @@ class SimulatedAgent:
             beat.cancel()
 
     async def _handle(self, ws: Any, message: object) -> None:
-        if isinstance(message, StartTask) and message.key not in self.running:
+        if isinstance(message, HeartbeatPeriod):
+            self.period = message.heartbeat_seconds
+        elif isinstance(message, StartTask) and message.key not in self.running:
             pid = self.running[message.key] = 100_000 + len(self.running)
             await ws.send(TaskStarted(key=message.key, pid=pid).model_dump_json())
         elif isinstance(message, StopTask) and self.running.pop(message.key, None) is not None:
@@ -137,10 +143,10 @@ class SimulatedAgent:
     def _running(self) -> list[RunningTask]:
         return [RunningTask(key=key, pid=pid) for key, pid in self.running.items()]
 
-    async def _heartbeat(self, ws: Any, period: float, listed: list[RunningTask]) -> None:
+    async def _heartbeat(self, ws: Any, listed: list[RunningTask]) -> None:
         # As a real agent's channel does: an unchanged running list is left out.
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(self.period)
             beat = Heartbeat(running=self._running())
             await ws.send(beat.since(listed).model_dump_json())
             listed = beat.running

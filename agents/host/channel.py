@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from agents.protocol import (
     AgentMessage,
     Heartbeat,
+    HeartbeatPeriod,
     Hello,
     LogsAck,
     Refused,
@@ -104,6 +105,7 @@ class Channel:
         self._on_logs_ack = on_logs_ack
         self._on_connected = on_connected
         self._outbox: asyncio.Queue[AgentMessage] | None = None
+        self._period = 1.0  # seconds between heartbeats: welcome's, then heartbeat_period's
         self._background: set[asyncio.Task[None]] = set()
         self.connected = asyncio.Event()
         self.refused: str | None = None
@@ -153,13 +155,14 @@ class Channel:
             raise ChannelError(f"expected welcome, got {first.type}")
         backoff.reset()
         self._on_connected(first)
+        self._period = first.heartbeat_seconds
         self._outbox = asyncio.Queue()
         self.connected.set()
         log.info("connected to %s", self.url)
         async with asyncio.TaskGroup() as group:
             reader = group.create_task(self._read(websocket))
             writer = group.create_task(self._write(websocket, self._outbox))
-            beats = group.create_task(self._beat(first.heartbeat_seconds, hello.running))
+            beats = group.create_task(self._beat(hello.running))
             await asyncio.wait([reader, writer], return_when=asyncio.FIRST_COMPLETED)
             for task in (reader, writer, beats):
                 task.cancel()
@@ -174,6 +177,8 @@ class Channel:
                     continue
                 if isinstance(message, LogsAck):
                     self._on_logs_ack(message)
+                elif isinstance(message, HeartbeatPeriod):
+                    self._period = message.heartbeat_seconds
                 elif isinstance(message, StartTask):
                     await self._on_start(message)
                 elif isinstance(message, StopTask):
@@ -189,15 +194,17 @@ class Channel:
             while True:
                 await websocket.send((await outbox.get()).model_dump_json())
 
-    async def _beat(self, period: float, listed: list[RunningTask]) -> None:
-        """Heartbeats, each leaving out the running list when it is the one last listed on
-        this connection (`listed`: the hello's, at first)."""
+    async def _beat(self, listed: list[RunningTask]) -> None:
+        """Heartbeats every `_period`, each leaving out the running list when it is the one
+        last listed on this connection (`listed`: the hello's, at first)."""
         while True:
             self._flush_logs()
             beat = self._heartbeat()
             if self.send(beat.since(listed)):
                 listed = beat.running
-            # Logs go out every 100 ms; heartbeats every `period`.
-            for _ in range(max(1, round(period / LOG_FLUSH_SECONDS))):
+            # Logs go out every 100 ms; heartbeats every `_period`, as the server said last.
+            ticks = 0
+            while ticks < max(1, round(self._period / LOG_FLUSH_SECONDS)):
                 await asyncio.sleep(LOG_FLUSH_SECONDS)
                 self._flush_logs()
+                ticks += 1

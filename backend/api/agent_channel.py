@@ -162,6 +162,7 @@ async def agent_channel(
             return
         for reply in first:
             connection.send(reply)
+        connection.welcomed = True
         await _serve(
             inbound,
             controller,

@@ -22,7 +22,15 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from agents.protocol import Hello, RunningTask, ServerMessage, TaskExit, TaskKey, Welcome
+from agents.protocol import (
+    HeartbeatPeriod,
+    Hello,
+    RunningTask,
+    ServerMessage,
+    TaskExit,
+    TaskKey,
+    Welcome,
+)
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.hosts.models import Host
@@ -39,6 +47,7 @@ from backend.scheduling import task_events
 from backend.scheduling.cluster import ClusterView, StartMode
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import RESEND_SECONDS, NativeAgents
+from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
@@ -78,16 +87,17 @@ class Controller:
         self.monitor = monitor  # times passes; transactions record what they decided
         self.sessions = sessions
         self.view = ClusterView()
+        self.pace = HeartbeatPace.from_settings(settings)
         self.backend = NativeAgents(settings=settings, tokens=tokens, hub=hub)
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         view = self.view
         # In this order: what agents reported first, then what follows from it.
         self.reconcilers: list[Reconciler] = [
-            HeartbeatTimes(view=view, settings=settings),
+            HeartbeatTimes(view=view, pace=self.pace),
             ReportedStarts(view=view),
             RunningTasks(view=view),
-            LostHosts(view=view, settings=settings),
+            LostHosts(view=view, pace=self.pace),
             FinishedJobs(),
             RestartedTasks(view=view),
             PendingJobs(view=view, wake=self.wake),
@@ -202,9 +212,13 @@ class Controller:
             placed = (await placed_on(tx.session, [host.id])).get(host.id, {})
             agrees = await sync_running(tx, self.view, host, hello.running, placed, force=True)
             note_after_commit(tx, self.view, hello.name, hello.running, agrees)
+        hub = self.backend.hub
+        if self.pace.fleet_of(hub.count()):
+            # The joining agent is told in its welcome; the others, not waiting for one, now.
+            hub.send_all(HeartbeatPeriod(heartbeat_seconds=self.pace.seconds))
         first: list[ServerMessage] = [
             Welcome(
-                heartbeat_seconds=self.settings.heartbeat_seconds,
+                heartbeat_seconds=self.pace.seconds,
                 max_log_line_chars=self.settings.max_log_line_chars,
             )
         ]

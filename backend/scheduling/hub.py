@@ -40,6 +40,9 @@ class AgentConnection:
         self.bound_job = bound_job
         # Task attempts this agent has been found to run: their logs are its to send.
         self.own_attempts: set[tuple[int, str, int]] = set()
+        # Its welcome is queued: what is sent to every agent may be sent to it (the
+        # welcome must be its first frame).
+        self.welcomed = False
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
         self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{host_name}")
         self._closing: asyncio.Task[None] | None = None
@@ -107,6 +110,12 @@ class AgentHub:
     def send(self, host_name: str, message: ServerMessage) -> bool:
         connection = self._connections.get(host_name)
         return connection is not None and connection.send(message)
+
+    def send_all(self, message: ServerMessage) -> None:
+        """Send to every connected agent that has been welcomed."""
+        for connection in self._connections.values():
+            if connection.welcomed:
+                connection.send(message)
 
     def connection(self, host_name: str) -> AgentConnection | None:
         return self._connections.get(host_name)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from websockets.asyncio.server import ServerConnection, serve
 
 from agents.protocol import (
     Heartbeat,
+    HeartbeatPeriod,
     Hello,
     RunningTask,
     TaskKey,
@@ -70,3 +72,31 @@ def test_since_leaves_out_only_the_same_list() -> None:
     assert beat.since(None) is beat
     assert beat.since([WORKER]) is beat
     assert beat.since([CHIEF]) == Heartbeat(running_unchanged=True)
+
+
+async def test_the_agent_beats_at_the_period_the_server_says_last() -> None:
+    beats: list[float] = []
+    done = asyncio.Event()
+
+    async def server(websocket: ServerConnection) -> None:
+        await websocket.recv()  # hello
+        await websocket.send(Welcome(heartbeat_seconds=30).model_dump_json())
+        await websocket.recv()  # the first heartbeat goes out at once
+        await websocket.send(HeartbeatPeriod(heartbeat_seconds=0.1).model_dump_json())
+        async for _ in websocket:
+            beats.append(time.monotonic())
+            if len(beats) == 4:
+                done.set()
+                await websocket.close()
+
+    def hello() -> Hello:
+        return Hello(name="paced", address="127.0.0.1", port_range=(1, 2), version="t")
+
+    async with serve(server, "127.0.0.1", 0) as listening:
+        port = listening.sockets[0].getsockname()[1]
+        channel = channel_to(port, hello, lambda: Heartbeat(running=[]))
+        running = asyncio.create_task(channel.run_forever())
+        # At the welcome's 30 s, the second heartbeat would come after 30 s.
+        await asyncio.wait_for(done.wait(), timeout=10)
+        running.cancel()
+    assert len(beats) == 4

@@ -24,6 +24,7 @@ from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
@@ -201,7 +202,9 @@ async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
     async with api.session() as session:
         settings = Settings(heartbeat_seconds=1.0)
         tx = Transaction(session=session, backend=None)  # type: ignore[arg-type]
-        await HeartbeatTimes(view=view_of_agents, settings=settings).reconcile(tx)
+        await HeartbeatTimes(
+            view=view_of_agents, pace=HeartbeatPace.from_settings(settings)
+        ).reconcile(tx)
         await session.commit()
     view = await _same_as_read_afresh(api)
     assert view["hosts"][0]["heartbeat_age_seconds"] >= 30

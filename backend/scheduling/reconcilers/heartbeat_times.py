@@ -7,18 +7,18 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
-from backend.config import Settings
 from backend.db import utcnow
 from backend.hosts.changes import note_heartbeats
 from backend.hosts.models import Host
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.transaction import Transaction
 
 
 class HeartbeatTimes:
-    def __init__(self, *, view: ClusterView, settings: Settings) -> None:
+    def __init__(self, *, view: ClusterView, pace: HeartbeatPace) -> None:
         self.view = view
-        self.settings = settings
+        self.pace = pace
 
     async def reconcile(self, tx: Transaction) -> None:
         view = self.view
@@ -26,7 +26,7 @@ class HeartbeatTimes:
         now = time.monotonic()
         # At most once per heartbeat period: a thousand rows written on every pass held
         # SQLite's write lock for much of the time.
-        if not heard or now - view.heartbeats_recorded_at < self.settings.heartbeat_seconds:
+        if not heard or now - view.heartbeats_recorded_at < self.pace.seconds:
             return
         view.heartbeats_recorded_at = now
         view.heard_since_recorded = set()

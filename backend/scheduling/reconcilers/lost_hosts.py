@@ -7,11 +7,11 @@ import time
 
 from sqlalchemy import select
 
-from backend.config import Settings
 from backend.hosts.models import Host
 from backend.jobs.states import HostStatus
 from backend.scheduling import task_events
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.transaction import Transaction
 
 log = logging.getLogger(__name__)
@@ -20,17 +20,17 @@ RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 
 
 class LostHosts:
-    def __init__(self, *, view: ClusterView, settings: Settings) -> None:
+    def __init__(self, *, view: ClusterView, pace: HeartbeatPace) -> None:
         self.view = view
-        self.settings = settings
+        self.pace = pace
 
     def startup_grace(self) -> float:
         """After a server (re)start, agents need time to notice and reconnect (their backoff
         tops out at 10 s) before silence means a host is gone."""
-        return self.settings.heartbeat_timeout_seconds + RECONNECT_CEILING_SECONDS
+        return self.pace.timeout_seconds + RECONNECT_CEILING_SECONDS
 
     async def reconcile(self, tx: Transaction) -> None:
-        view, timeout = self.view, self.settings.heartbeat_timeout_seconds
+        view, timeout = self.view, self.pace.timeout_seconds
         now = time.monotonic()
         if now - view.started < self.startup_grace():
             return

@@ -4,6 +4,7 @@ no processes."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from backend.jobs.states import JobStatus
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import NativeAgents
+from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
@@ -62,6 +64,10 @@ class World:
     hub: FakeHub
     backend: NativeAgents
     view: ClusterView = field(default_factory=ClusterView)
+
+    @functools.cached_property
+    def pace(self) -> HeartbeatPace:
+        return HeartbeatPace.from_settings(self.settings)
 
     async def run(self, reconciler: Reconciler) -> Outbox:
         """One reconciler in its own transaction, committed, its notes applied."""

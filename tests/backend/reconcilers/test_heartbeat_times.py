@@ -24,7 +24,7 @@ async def test_writes_when_each_host_was_heard(world: World) -> None:
     world.view.heard_from("host-a")
     world.view.last_heard["host-a"] = time.monotonic() - 3  # heard 3 s ago
     before = await heartbeat_at(world, "host-b")
-    await world.run(HeartbeatTimes(view=world.view, settings=world.settings))
+    await world.run(HeartbeatTimes(view=world.view, pace=world.pace))
     written = await heartbeat_at(world, "host-a")
     assert written is not None
     assert abs((utcnow() - timedelta(seconds=3) - written).total_seconds()) < 1.5
@@ -35,7 +35,7 @@ async def test_writes_when_each_host_was_heard(world: World) -> None:
 async def test_at_most_once_per_heartbeat_period(world: World) -> None:
     await world.host("host-a")
     world.view.heard_from("host-a")
-    times = HeartbeatTimes(view=world.view, settings=world.settings)
+    times = HeartbeatTimes(view=world.view, pace=world.pace)
     await world.run(times)
     world.view.heard_from("host-a")
     await world.run(times)

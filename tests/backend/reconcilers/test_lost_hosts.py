@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from sqlalchemy import select
 
 from backend.hosts.models import Host
@@ -14,7 +15,7 @@ from tests.backend.reconcilers.conftest import World
 
 
 def lost_hosts(world: World) -> LostHosts:
-    return LostHosts(view=world.view, settings=world.settings)
+    return LostHosts(view=world.view, pace=world.pace)
 
 
 def after_grace(world: World, silent_for: float) -> None:
@@ -68,3 +69,16 @@ async def test_nothing_is_lost_during_the_start_up_grace(world: World) -> None:
     world.view.last_heard["host-a"] = time.monotonic() - 1000
     await world.run(lost_hosts(world))
     assert await host_status(world, "host-a") is HostStatus.online
+
+
+async def test_a_stretched_heartbeat_period_stretches_the_silence_allowed(world: World) -> None:
+    await world.host("host-a")
+    least = world.settings.heartbeat_timeout_seconds
+    assert world.pace.fleet_of(round(3 * world.settings.max_heartbeats_per_second))
+    assert world.pace.timeout_seconds == pytest.approx(3 * least)
+    after_grace(world, silent_for=2 * least)  # lost at the configured period, not at this one
+    await world.run(lost_hosts(world))
+    assert await host_status(world, "host-a") is HostStatus.online
+    after_grace(world, silent_for=3 * least + 1)
+    await world.run(lost_hosts(world))
+    assert await host_status(world, "host-a") is HostStatus.lost
