@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -29,6 +29,15 @@ NAMING_CONVENTION = {
 
 
 T = TypeVar("T")
+
+# Values in one `IN (...)` list: far below either database's limit on bound parameters.
+IN_LIST_PAGE = 500
+
+
+def in_pages(values: Sequence[T]) -> Iterator[Sequence[T]]:
+    """The values a page at a time, for a query per `IN (...)` list."""
+    for first in range(0, len(values), IN_LIST_PAGE):
+        yield values[first : first + IN_LIST_PAGE]
 
 
 class Base(DeclarativeBase):

@@ -5,6 +5,7 @@ py-spy is optional: without it (or where ptrace is not allowed) a benchmark runs
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import signal
@@ -63,10 +64,11 @@ def finish(recorder: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> N
         recorder.wait()
 
 
-def _frame_label(frame: str) -> str:
-    """`send (websockets/protocol.py:123)` → `send (websockets/protocol.py)`: lines merged."""
+def _frame_label(frame: str, *, line: bool = False) -> str:
+    """`send (websockets/protocol.py:123)` → `send (websockets/protocol.py)`: lines merged
+    (kept with `line`)."""
     name, _, where = frame.partition(" (")
-    file = where.rstrip(")").rsplit(":", 1)[0]
+    file = where.rstrip(")") if line else where.rstrip(")").rsplit(":", 1)[0]
     for marker in ("site-packages/", "python3.11/", "/work/main/"):
         if marker in file:
             file = file.split(marker, 1)[1]
@@ -75,6 +77,25 @@ def _frame_label(frame: str) -> str:
 
 # Leaves where a thread waits rather than works (the event loop's epoll, an idle worker).
 IDLE_LEAVES = ("select (selectors.py)", "wait (threading.py)", "get (queue.py)")
+
+
+def _idle_lines() -> tuple[str, ...]:
+    """Raw leaves (with their line) where a thread waits in a call py-spy cannot see into:
+    aiosqlite's worker blocked on its queue, which a C queue's get leaves as the worker's own
+    frame (read as SQLite working, it was most of the thread's samples)."""
+    try:
+        import aiosqlite.core as worker
+    except ImportError:
+        return ()
+    lines, first = inspect.getsourcelines(worker._connection_worker_thread)
+    return tuple(
+        f"_connection_worker_thread (aiosqlite/core.py:{first + n})"
+        for n, line in enumerate(lines)
+        if "tx.get()" in line
+    )
+
+
+IDLE_LINES = _idle_lines()
 
 # What the server does with metrics, by the functions that do it; reported inclusively.
 SERVER_STAGES = {
@@ -130,11 +151,12 @@ def summarize(
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [_frame_label(f) for f in stack.split(";")]
+        raw = stack.split(";")
+        frames = [_frame_label(f) for f in raw]
         if exclude and any(marker in frame for frame in frames for marker in exclude):
             excluded += count
             continue
-        if frames[-1].endswith(IDLE_LEAVES):
+        if frames[-1].endswith(IDLE_LEAVES) or _frame_label(raw[-1], line=True) in IDLE_LINES:
             idle += count
             continue
         busy += count

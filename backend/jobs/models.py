@@ -16,7 +16,7 @@ from sqlalchemy import (
     UniqueConstraint,
     event,
 )
-from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
+from sqlalchemy.orm import Mapped, Session, mapped_column, orm_insert_sentinel, relationship
 
 from agents.protocol import TaskKey
 from agents.vocabulary import format_task_name
@@ -92,6 +92,9 @@ class Task(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Orders the ids SQLite returns for a many-row INSERT, so that a job's ten tasks are
+    # inserted in one statement rather than ten (PostgreSQL needs no such column).
+    _sentinel: Mapped[int | None] = orm_insert_sentinel()
 
     job: Mapped[Job] = relationship(back_populates="tasks")
     host: Mapped[Host | None] = relationship(lazy="joined")
@@ -122,6 +125,7 @@ class JobEvent(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Who caused it through the API (Principal.label); null for what the system did itself.
     actor: Mapped[str | None] = mapped_column(String(128))
+    _sentinel: Mapped[int | None] = orm_insert_sentinel()  # as Task's
 
     job: Mapped[Job] = relationship(back_populates="events")
 

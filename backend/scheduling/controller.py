@@ -296,6 +296,9 @@ class Controller:
         """A task attempt an agent has started (warm or cold, if it says): applied by the
         next pass."""
         self.view.reported_starts.setdefault(host_name, []).append((key, pid))
+        # A heartbeat that lists it is not asked to be compared for it: while ten thousand
+        # tasks started, a comparison per host per start was most of the controller's work.
+        self.view.running.started(host_name, key)
         if mode is not None:
             self.view.start_modes[key] = mode
         # A heartbeat waiting to be compared was sent before this start: comparing it after

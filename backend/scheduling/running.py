@@ -42,6 +42,14 @@ class RunningReports:
         self._by_host[host] = keys
         self.changes += 1
 
+    def started(self, host: str, key: TaskKey) -> None:
+        """The host reported starting this attempt: it runs it. Its next heartbeat lists it,
+        and that alone is no change to compare (the start report is checked as it is
+        applied). A host never reported stays unknown: its heartbeat is compared."""
+        known = self._by_host.get(host)
+        if known is not None and key not in known:
+            self.report(host, known | {key})
+
     def exited(self, host: str, key: TaskKey) -> None:
         """The host reported this attempt's exit: it no longer runs it. Exits travel before
         later heartbeats on the agent's channel, so the next one will agree."""

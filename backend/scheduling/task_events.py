@@ -18,7 +18,7 @@ from sqlalchemy.orm import selectinload
 from agents.protocol import TaskExit, TaskKey
 from agents.vocabulary import Role, TaskName
 from backend import security
-from backend.db import utcnow
+from backend.db import in_pages, utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
 from backend.jobs.events import EventKind
@@ -116,11 +116,9 @@ async def mark_started_many(
     session = tx.session
     job_ids = sorted({key.job_id for _, key, _ in starts})
     jobs: dict[int, Job] = {}
-    for first in range(0, len(job_ids), 500):
+    for page in in_pages(job_ids):
         loaded = await session.scalars(
-            select(Job)
-            .where(Job.id.in_(job_ids[first : first + 500]))
-            .options(selectinload(Job.tasks))
+            select(Job).where(Job.id.in_(page)).options(selectinload(Job.tasks))
         )
         jobs.update((job.id, job) for job in loaded)
     for host, key, pid in starts:

@@ -439,3 +439,23 @@ def test_a_start_says_whether_it_was_warm_and_why_not(client: TestClient) -> Non
     # The default is left out of the start message, and a start that says nothing reads as before.
     assert "warm_start" not in start.model_copy(update={"warm_start": True}).model_dump()
     assert "warm" not in TaskStarted(key=start.key, pid=7).model_dump()
+
+
+def test_a_heartbeat_that_lists_only_what_was_reported_started_is_not_compared(
+    client: TestClient,
+) -> None:
+    controller: Controller = client.app.state.controller  # type: ignore[attr-defined]
+    with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
+        ws.send_text(hello())
+        receive(ws)
+        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+        start = receive(ws)
+        assert isinstance(start, StartTask)
+        # The hello's comparison knows the host runs nothing; the start report adds the task.
+        ws.send_text(TaskStarted(key=start.key, pid=7).model_dump_json())
+        _wait(client, job["id"], "running")
+        assert controller.view.running.of("fake-host") == frozenset({start.key})
+        compared = controller.view.last_compared["fake-host"]
+        ws.send_text(Heartbeat(running=[RunningTask(key=start.key, pid=7)]).model_dump_json())
+        time.sleep(0.5)  # ten passes: one would have compared it, had it been asked to
+        assert controller.view.last_compared["fake-host"] == compared

@@ -46,3 +46,16 @@ def test_an_exit_frees_the_attempt_before_the_next_heartbeat() -> None:
     reports.exited("a", key(attempt=0))  # resent after a reconnect: nothing more to do
     reports.exited("unknown", key(attempt=0))
     assert reports.of("unknown") is None
+
+
+def test_a_start_report_adds_the_attempt_to_a_known_host() -> None:
+    reports = RunningReports()
+    reports.report("a", frozenset({key("ps:0")}))
+    reports.started("a", key(attempt=1))
+    assert reports.of("a") == frozenset({key("ps:0"), key(attempt=1)})
+    assert reports.earlier_attempt_runs(1, "worker:0", 2)
+    changes = reports.changes
+    reports.started("a", key(attempt=1))  # reported twice: nothing more to do
+    assert reports.changes == changes
+    reports.started("unknown", key())  # never reported: its first heartbeat says it all
+    assert reports.of("unknown") is None

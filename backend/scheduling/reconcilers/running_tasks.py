@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import RunningTask, TaskExit, TaskKey
-from backend.db import utcnow
+from backend.db import in_pages, utcnow
 from backend.hosts.models import Host
 from backend.jobs.models import Job, Task
 from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, TaskStatus
@@ -28,13 +28,22 @@ async def placed_on(session: AsyncSession, host_ids: list[int]) -> dict[int, Pla
     placed: dict[int, Placed] = {}
     if not host_ids:
         return placed
-    for task, job in await session.execute(
-        select(Task, Job)
-        .join(Task.job)
-        .where(Task.host_id.in_(host_ids), Task.status.in_(LIVE_TASK_STATUSES))
-    ):
+    tasks = list(
+        await session.scalars(
+            select(Task).where(Task.host_id.in_(host_ids), Task.status.in_(LIVE_TASK_STATUSES))
+        )
+    )
+    # The jobs in a query of their own: joined to their tasks, each job's row (its spec,
+    # JSON) came and was decoded once per task, which was most of a comparison.
+    job_ids = sorted({task.job_id for task in tasks})
+    jobs: dict[int, Job] = {}
+    for page in in_pages(job_ids):
+        jobs.update(
+            (job.id, job) for job in await session.scalars(select(Job).where(Job.id.in_(page)))
+        )
+    for task in tasks:
         assert task.host_id is not None
-        placed.setdefault(task.host_id, {})[task.key] = (task, job)
+        placed.setdefault(task.host_id, {})[task.key] = (task, jobs[task.job_id])
     return placed
 
 
