@@ -275,7 +275,7 @@ class Controller:
         # asks for only when what the agent runs changed, or while a start or stop it has
         # not answered yet may be due again; a settled host costs nothing here.
         view = self.view
-        if view.running.of(host_name) == keys:
+        if view.running.same(host_name, keys):
             since = time.monotonic() - view.last_compared.get(host_name, 0.0)
             if host_name in view.settled or since < RESEND_SECONDS:
                 return

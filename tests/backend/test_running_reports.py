@@ -59,3 +59,17 @@ def test_a_start_report_adds_the_attempt_to_a_known_host() -> None:
     assert reports.changes == changes
     reports.started("unknown", key())  # never reported: its first heartbeat says it all
     assert reports.of("unknown") is None
+
+
+def test_an_equal_report_is_kept_as_the_set_given_so_the_next_is_compared_by_identity() -> None:
+    reports = RunningReports()
+    reports.report("a", frozenset({key("ps:0")}))
+    reports.started("a", key())
+    heartbeat = frozenset({key("ps:0"), key()})  # built from the heartbeat's own keys
+    assert reports.of("a") is not heartbeat
+    changes = reports.changes
+    assert reports.same("a", heartbeat)
+    assert reports.of("a") is heartbeat
+    assert reports.changes == changes  # nothing changed
+    assert not reports.same("a", frozenset({key("ps:0")}))
+    assert not reports.same("unknown", frozenset())
