@@ -243,6 +243,22 @@ def _target_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return at_target[-1] if at_target else max(runs, key=lambda run: run["agents"])
 
 
+def _lock_text(run: dict[str, Any]) -> str:
+    """How much of the placement window the controller's lock was held, and by what."""
+    held = run.get("placing_lock_held_seconds")
+    if not held:
+        return ""
+    placed = run["place_and_start_seconds"]
+    requests, passes = held.get("request", 0.0), held.get("pass", 0.0)
+    return (
+        f"The controller's lock, which every change to jobs and tasks takes, was held "
+        f"{sum(held.values()) / placed:.0%} of that time: {passes:.1f} s by reconcile passes, "
+        f"{requests:.1f} s by the submissions ({1000 * requests / run['agents']:.0f} ms each) "
+        f"and {held.get('agent', 0.0):.1f} s by agents' hellos and exits, so each change "
+        "waited for the others; the time it is held, not the database's, sets the rate. "
+    )
+
+
 def scale_rows(scale: dict[str, Any]) -> list[list[str]]:
     """The summary's rows: each target at 1,000 agents (else the largest count measured),
     on each database."""
@@ -439,6 +455,7 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
                 )
                 + (f", with the machine's load average {_loads(largest)}" if loads else "")
                 + ". "
+                + _lock_text(largest)
                 + (_sentence(_profile_text(profile)) if profile.get("busy_samples") else "")
             )
         p99, p50 = largest["get_jobs"]["p99_ms"], largest["get_jobs"]["p50_ms"]

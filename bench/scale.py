@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from agents.protocol import (
     Device,
@@ -176,6 +177,19 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def lock_held(http: httpx.Client) -> dict[str, float]:
+    """Seconds the server's controller lock has been held so far, by what held it (pass,
+    request, agent), from its /metrics."""
+    text = http.get("/metrics").raise_for_status().text
+    return {
+        sample.labels["by"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "strata_controller_lock_held_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
 
 
 def wait_online(http: httpx.Client, count: int, timeout: float) -> float:
@@ -337,10 +351,12 @@ def _measure(
         # costs the server, stage by stage.
         placing = profiles / f"scale-{server.database}-{agents}-placing.txt"
         recorder = profiling.start(server.process.pid, place_timeout, placing)
+        held_before = lock_held(http)
         try:
             submitted, placed = _submit_and_wait(http, agents, place_timeout)
         finally:
             profiling.stop(recorder)
+        held = {by: round(s - held_before.get(by, 0.0), 2) for by, s in lock_held(http).items()}
         placing_profile = profiling.summarize(placing, PLACING_STAGES, top=8)
         print(f"  placing: {json.dumps(placing_profile)}", flush=True)
         print(
@@ -387,6 +403,7 @@ def _measure(
             "heartbeats_profile": profiling.summarize(beats, HEARTBEAT_STAGES, top=8),
             "get_jobs_profile": profiling.summarize(profile, SCALE_STAGES, top=8),
             "placing_profile": placing_profile,
+            "placing_lock_held_seconds": held,
             "_window": window,
         }
         print(f"  {json.dumps(result)}", flush=True)

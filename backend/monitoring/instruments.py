@@ -53,6 +53,14 @@ class ServerMetrics:
             buckets=PASS_BUCKETS,
             registry=registry,
         )
+        self.lock_held_seconds = Counter(
+            "strata_controller_lock_held_seconds",
+            "Seconds the controller's lock was held (every change to jobs and tasks takes it), "
+            "by what held it: pass (reconcile passes), request (API changes), agent (agents' "
+            "hellos and exits). Near one second a second, changes queue for it.",
+            ["by"],
+            registry=registry,
+        )
         self.placement_seconds = Histogram(
             "strata_placement_latency_seconds",
             "From a job's submission to the placement of all its tasks (its first placement).",

@@ -16,7 +16,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -68,6 +68,8 @@ T = TypeVar("T")
 
 # A change applied by Controller.apply, inside its transaction.
 Change = Callable[[Transaction], Awaitable[T]]
+# What holds the lock, as strata_controller_lock_held_seconds counts it.
+LockHolder = Literal["pass", "request", "agent"]
 
 STALE_RETRIES = 5  # times a change is applied again after a job changed under it
 PASS_GAP_SECONDS = 0.05  # the least time from one pass's start to the next one's
@@ -136,7 +138,7 @@ class Controller:
         """One pass: every reconciler, in order, in one transaction."""
         began = time.perf_counter()
         try:
-            async with self._transaction() as tx:
+            async with self._transaction("pass") as tx:
                 for reconciler in self.reconcilers:
                     await reconciler.reconcile(tx)
         except BaseException:
@@ -148,13 +150,20 @@ class Controller:
         self._send(tx.outbox)
 
     @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Transaction]:
+    async def _transaction(self, holder: LockHolder) -> AsyncIterator[Transaction]:
         """Under the lock, a transaction that commits if the block ends normally; what it
         noted for after the commit is applied then. Its commands are the caller's to send."""
-        async with self._lock, self.sessions() as session:
-            tx = Transaction(session=session, backend=self.backend, monitor=self.monitor)
-            yield tx
-            await session.commit()
+        async with self._lock:
+            took = time.perf_counter()
+            try:
+                async with self.sessions() as session:
+                    tx = Transaction(session=session, backend=self.backend, monitor=self.monitor)
+                    yield tx
+                    await session.commit()
+            finally:
+                if self.monitor is not None:
+                    held = time.perf_counter() - took
+                    self.monitor.lock_held_seconds.labels(by=holder).inc(held)
         for note in tx.after_commit:
             note()
 
@@ -173,7 +182,7 @@ class Controller:
             if frees_or_takes_capacity:
                 self.view.capacity_changed()
             try:
-                async with self._transaction() as tx:
+                async with self._transaction("request") as tx:
                     result = await change(tx)
             except StaleDataError:
                 if attempt == STALE_RETRIES:
@@ -192,7 +201,7 @@ class Controller:
         what to send it first, in order: the welcome, then its commands. Raises NameClash,
         changing nothing, if the host is online with another agent identity."""
         self.heard_from(hello.name)
-        async with self._transaction() as tx:
+        async with self._transaction("agent") as tx:
             self.view.capacity_changed()  # its devices, and what it still runs, may differ
             host = await register_host(
                 session=tx.session,
@@ -307,7 +316,7 @@ class Controller:
         self.wake()
 
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
-        async with self._transaction() as tx:
+        async with self._transaction("agent") as tx:
             self.view.capacity_changed()
             # Its starts, reported before this exit, are applied first; a heartbeat waiting
             # to be compared is older than the exit, and the next one says what runs now.

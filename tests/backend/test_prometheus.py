@@ -174,6 +174,8 @@ def test_metrics_match_the_api_during_a_running_job(client: TestClient) -> None:
         assert value(samples, "strata_metric_points_ingested_total") == 7
         assert value(samples, "strata_placement_latency_seconds_count") == 1  # placed once
         assert value(samples, "strata_reconcile_pass_seconds_count") >= 1
+        for holder in ("pass", "request", "agent"):  # placed, submitted, an agent said hello
+            assert value(samples, "strata_controller_lock_held_seconds_total", by=holder) > 0
         assert value(samples, "strata_stream_subscribers") == 0
 
         # A restart by request is counted under its cause once it is committed.

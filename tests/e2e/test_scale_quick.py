@@ -41,4 +41,9 @@ def test_a_hundred_agents_run_a_hundred_jobs(
         assert result[key]["n"] >= 5 and result[key]["p99_ms"] >= result[key]["p50_ms"] > 0, key
     assert result["place_and_start_seconds"] >= result["submit_seconds"] > 0
     assert result["server_rss_mib"] > 0
+    # The controller's lock was held by the submissions and the passes that placed them, and
+    # by nothing for longer than the window itself.
+    held = result["placing_lock_held_seconds"]
+    assert held["request"] > 0 and held["pass"] > 0, held
+    assert sum(held.values()) <= result["place_and_start_seconds"] + 1, held
     assert len(result["load_average"]) == 2  # the page says how shared the machine was
