@@ -262,7 +262,8 @@ def measured_on() -> dict[str, str]:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     commit = git("rev-parse", "--short=7", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    # Results written by earlier runs are not changes to what is measured.
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"):
         commit += "+changes"
     return {"commit": commit, "date": datetime.datetime.now(datetime.UTC).date().isoformat()}
 
