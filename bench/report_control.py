@@ -243,6 +243,13 @@ def _target_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return at_target[-1] if at_target else max(runs, key=lambda run: run["agents"])
 
 
+def _heartbeat_cores(run: dict[str, Any]) -> str:
+    """Heartbeats alone, and the 10 s before them (last starts confirmed) where measured."""
+    alone = f"{run['server_cores_heartbeats_only']:.2f} cores"
+    settling = run.get("server_cores_settling")
+    return alone if settling is None else f"{alone} ({settling:.2f} settling)"
+
+
 def _lock_text(run: dict[str, Any]) -> str:
     """How much of the placement window the controller's lock was held, and by what."""
     held = run.get("placing_lock_held_seconds")
@@ -304,10 +311,13 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         "`bench/scale.py`: a fresh `strata server` (SQLite, or a fresh database on a throwaway",
         "PostgreSQL cluster) and N simulated agents, light",
         "clients speaking the real agent protocol over real websockets from 4 processes, each",
-        f"declaring {scale['gpus_per_agent']} GPUs and heartbeating every second. N",
-        "parameter_server jobs of 10 tasks (8 one-GPU workers) are submitted at once, 8",
-        "requests at a time; the latencies are measured once all of them run, with every agent",
-        "heartbeating. The server, the agents' processes and the benchmark share the machine's",
+        f"declaring {scale['gpus_per_agent']} GPUs and heartbeating as the server says (every",
+        "second up to 1,000 agents; every N/1,000 s past that). N parameter_server jobs of 10",
+        "tasks (8 one-GPU workers) are submitted at once, 8 requests at a time; the latencies",
+        "are measured once all of them run, with every agent heartbeating. The server's CPU on",
+        "heartbeats is measured over 10 s, after the 10 s in which it confirms the last starts",
+        "(in brackets: a host sent a start is compared with what it runs after 5 s, then is",
+        "settled). The server, the agents' processes and the benchmark share the machine's",
         f"{scale['machine'].get('nproc', '?')} cores, and so may other work: the load average",
         "(1 min) at the start and the end of each run is in the last columns, with the commit",
         "it measured.",
@@ -338,7 +348,7 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
             f"{run['submit_seconds']:.1f} s | {run['place_and_start_seconds']:.1f} s | "
             f"{latency(run, 'get_jobs')} | {latency(run, 'get_cluster')} | "
             f"{latency(run, 'get_job')} | {latency(run, 'post_jobs')} | "
-            f"{run['server_cores_heartbeats_only']:.2f} cores | {run['server_rss_mib']:.0f} MiB | "
+            f"{_heartbeat_cores(run)} | {run['server_rss_mib']:.0f} MiB | "
             f"{_loads(run)} | {_measured_on(run)} |"
         )
     for run in scale["runs"]:

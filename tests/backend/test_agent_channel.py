@@ -217,15 +217,21 @@ def test_a_heartbeat_with_a_list_cannot_also_say_it_is_unchanged(client: TestCli
     assert "running_unchanged: true comes with an empty running list" in closed.value.reason
 
 
+def run_a_job(client: TestClient, ws: WebSocketTestSession) -> tuple[dict[str, Any], StartTask]:
+    """The agent says hello, a job is submitted, and the agent starts its one task (pid 7)."""
+    ws.send_text(hello())
+    receive(ws)
+    job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
+    start = receive(ws)
+    assert isinstance(start, StartTask)
+    ws.send_text(TaskStarted(key=start.key, pid=7).model_dump_json())
+    _wait(client, job["id"], "running")
+    return job, start
+
+
 def test_exits_reported_in_hello_are_applied(client: TestClient) -> None:
     with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
-        ws.send_text(hello())
-        receive(ws)
-        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
-        start = receive(ws)
-        assert isinstance(start, StartTask)
-        ws.send_text(TaskStarted(key=start.key, pid=7).model_dump_json())
-        _wait(client, job["id"], "running")
+        job, start = run_a_job(client, ws)
     # The channel dropped while the task crashed; the next hello carries the exit.
     with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
         crashed = TaskExit(key=start.key, exit_code=137, signal=9, log_tail=["Killed"])
@@ -446,14 +452,8 @@ def test_a_heartbeat_that_lists_only_what_was_reported_started_is_not_compared(
 ) -> None:
     controller: Controller = client.app.state.controller  # type: ignore[attr-defined]
     with client.websocket_connect("/agents/connect", headers=AGENT) as ws:
-        ws.send_text(hello())
-        receive(ws)
-        job = client.post("/jobs", json=job_spec(), headers=ADMIN).json()
-        start = receive(ws)
-        assert isinstance(start, StartTask)
         # The hello's comparison knows the host runs nothing; the start report adds the task.
-        ws.send_text(TaskStarted(key=start.key, pid=7).model_dump_json())
-        _wait(client, job["id"], "running")
+        _, start = run_a_job(client, ws)
         assert controller.view.running.of("fake-host") == frozenset({start.key})
         compared = controller.view.last_compared["fake-host"]
         ws.send_text(Heartbeat(running=[RunningTask(key=start.key, pid=7)]).model_dump_json())
