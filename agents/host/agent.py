@@ -127,7 +127,7 @@ class Agent:
             engine=self.engine_info,
             version=AGENT_VERSION,
             running=self.supervisor.running(),
-            finished=list(self.supervisor.finished.values())[-50:],
+            finished=self.supervisor.hello_finished(most=50),
         )
 
     async def run(self) -> None:

@@ -154,9 +154,9 @@ class Channel:
         if not isinstance(first, Welcome):
             raise ChannelError(f"expected welcome, got {first.type}")
         backoff.reset()
+        self._outbox = asyncio.Queue()  # before on_connected, which may send
         self._on_connected(first)
         self._period = first.heartbeat_seconds
-        self._outbox = asyncio.Queue()
         self.connected.set()
         log.info("connected to %s", self.url)
         async with asyncio.TaskGroup() as group:

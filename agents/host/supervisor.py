@@ -116,6 +116,8 @@ class Supervisor:
         self._spawning = 0  # starts under way: their main pids are not known yet
         self._logs: dict[TaskKey, LogBuffer] = {}
         self.finished: OrderedDict[TaskKey, TaskExit] = OrderedDict()
+        # Exits that could not be sent since the last hello was made (the channel was down).
+        self._unsent_exits: list[TaskExit] = []
         # Where task output lines are cut: the server's limit, from its last welcome.
         self.line_limit = MAX_LOG_LINE
 
@@ -258,7 +260,13 @@ class Supervisor:
         self.finished[exit.key] = exit
         while len(self.finished) > FINISHED_KEPT:
             self.finished.popitem(last=False)
-        self._send(TaskExited(exit=exit))
+        if not self._send(TaskExited(exit=exit)):
+            self._unsent_exits.append(exit)
+
+    def hello_finished(self, most: int) -> list[TaskExit]:
+        """The latest exits, for a hello: those the channel could not send are among them."""
+        self._unsent_exits = []
+        return list(self.finished.values())[-most:]
 
     def _collect_lines(self, key: TaskKey, lines: list[str]) -> None:
         self._logs.setdefault(key, LogBuffer()).add(lines)
@@ -289,3 +297,8 @@ class Supervisor:
         self.line_limit = welcome.max_log_line_chars
         for buffer in self._logs.values():
             buffer.resend()
+        # An attempt that exited after the hello was made, before this channel could send: its
+        # exit is in no hello, and its absence from the next heartbeat would read as vanished.
+        unsent, self._unsent_exits = self._unsent_exits, []
+        for exit in unsent:
+            self._send(TaskExited(exit=exit))
