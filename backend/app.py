@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -40,6 +41,7 @@ from backend.errors import install_error_handlers
 from backend.hosts.board import ClusterBoard
 from backend.hosts.changes import BOARD
 from backend.hosts.usage import UsageBoard
+from backend.jobs.intake import JobIntake
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
 from backend.scheduling.controller import Controller
@@ -109,6 +111,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             hub=app.state.hub,
             tokens=app.state.tokens,
             monitor=monitor,
+        )
+        # Submissions waiting for the controller are written together (backend.jobs.intake).
+        app.state.intake = JobIntake(
+            apply=functools.partial(app.state.controller.apply, frees_or_takes_capacity=False)
         )
         # TensorBoards started on demand for jobs, stopped when idle (backend.tensorboard).
         app.state.tensorboards = TensorBoards(

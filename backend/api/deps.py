@@ -20,6 +20,7 @@ from backend.db import session_scope, to_the_end
 from backend.errors import Forbidden, NotFound
 from backend.hosts.board import ClusterBoard
 from backend.hosts.usage import UsageBoard
+from backend.jobs.intake import JobIntake
 from backend.jobs.models import Job
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
@@ -73,6 +74,10 @@ def get_controller(connection: HTTPConnection) -> Controller:
     return app_state(connection, "controller", Controller)
 
 
+def get_intake(connection: HTTPConnection) -> JobIntake:
+    return app_state(connection, "intake", JobIntake)
+
+
 def get_logs(connection: HTTPConnection) -> LogStore:
     return app_state(connection, "logs", LogStore)
 
@@ -107,6 +112,7 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 # the socket is open.
 SessionsDep = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
 ControllerDep = Annotated[Controller, Depends(get_controller)]
+IntakeDep = Annotated[JobIntake, Depends(get_intake)]
 LogStoreDep = Annotated[LogStore, Depends(get_logs)]
 IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
 BrokerDep = Annotated[Broker, Depends(get_broker)]

@@ -13,6 +13,7 @@ from backend.api.deps import (
     ActorPrincipal,
     CallerAccess,
     ControllerDep,
+    IntakeDep,
     JobId,
     JobMember,
     JobReader,
@@ -29,7 +30,6 @@ from backend.errors import (
     error_responses,
 )
 from backend.jobs import service
-from backend.jobs.models import Job
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import (
     MAX_TAGS,
@@ -41,7 +41,6 @@ from backend.jobs.spec import (
 from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
 from backend.scheduling.quotas import check_priority
-from backend.scheduling.transaction import Transaction
 from backend.slurm.admission import admit
 from backend.slurm.reconcile import SlurmBackend
 from backend.teams import service as teams_service
@@ -73,7 +72,7 @@ _SPEC_BODY: dict[str, Any] = {
 async def submit_job(
     request: Request,
     session: SessionDep,
-    controller: ControllerDep,
+    intake: IntakeDep,
     principal: ActorPrincipal,
     access: CallerAccess,
     source: ClientSource,
@@ -102,31 +101,8 @@ async def submit_job(
     # submissions waiting there must not hold every connection the controller needs to write.
     await session.rollback()
 
-    async def create(tx: Transaction) -> Job:
-        audit.name_actor(session=tx.session, principal=principal)  # in the job's first event
-        project = await teams_service.project_for_submit(
-            session=tx.session, access=access, name=spec.project
-        )
-        job = await service.create_job(
-            session=tx.session,
-            spec=spec.model_copy(update={"project": project.name}),
-            project_id=project.id,
-            submitted_by=principal.label,
-        )
-        # Recorded once the job has its id: one INSERT, where a first entry was then updated.
-        await audit.record(
-            session=tx.session,
-            principal=principal,
-            source=source,
-            action=AuditAction.job_submit,
-            project_id=job.project_id,
-            job_id=job.id,
-            detail={"name": spec.name},
-        )
-        return job
-
-    # Under the controller's lock, like every change to jobs (see Controller.apply).
-    job = await controller.apply(create, frees_or_takes_capacity=False)
+    # Written with the other submissions waiting for the controller's lock (jobs.intake).
+    job = await intake.submit(spec, access=access, principal=principal, source=source)
     if slurm is not None and spec.slurm is not None:
         slurm.wake()
     return service.job_read(job)  # as committed, its tasks with it: nothing is read again

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Index, Integer, String
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, orm_insert_sentinel
 
 from backend.db import Base, UTCDateTime, utcnow
 
@@ -31,3 +31,5 @@ class AuditEntry(Base):
     target: Mapped[str | None] = mapped_column(String(256))  # "worker:1", "token 4", "alice"
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     source: Mapped[str | None] = mapped_column(String(64))  # the client's address
+    # Orders the ids SQLite returns for a many-row INSERT (submissions written together).
+    _sentinel: Mapped[int | None] = orm_insert_sentinel()

@@ -56,7 +56,32 @@ async def record(
     """Record a change made by `principal` from `source`; the job events this transaction
     records from now on name the same actor."""
     name_actor(session=session, principal=principal)
-    entry = AuditEntry(
+    entry = new_entry(
+        principal=principal,
+        source=source,
+        action=action,
+        project_id=project_id,
+        job_id=job_id,
+        target=target,
+        detail=detail,
+    )
+    session.add(entry)
+    await session.flush()
+    return entry
+
+
+def new_entry(
+    *,
+    principal: Principal,
+    source: str | None,
+    action: AuditAction,
+    project_id: int | None = None,
+    job_id: int | None = None,
+    target: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> AuditEntry:
+    """An entry not yet in a session (for many written by one flush; `record` adds one)."""
+    return AuditEntry(
         actor=principal.label,
         user_id=principal.user_id,
         token_id=principal.token_id,
@@ -67,9 +92,6 @@ async def record(
         detail=detail or {},
         source=source,
     )
-    session.add(entry)
-    await session.flush()
-    return entry
 
 
 async def list_entries(

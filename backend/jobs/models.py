@@ -53,6 +53,7 @@ class Job(Base):
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"), index=True)
     # Who submitted it, as Principal.label names them ("alice", "admin token ...").
     submitted_by: Mapped[str | None] = mapped_column(String(128))
+    _sentinel: Mapped[int | None] = orm_insert_sentinel()  # as Task's: submissions batched
 
     __mapper_args__ = {"version_id_col": version}
 

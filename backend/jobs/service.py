@@ -11,11 +11,11 @@ from sqlalchemy.orm import joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from agents.vocabulary import TaskName, format_task_name
+from backend.db import utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
 from backend.jobs.actions import job_actions
 from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
@@ -34,7 +34,24 @@ async def create_job(
     project (`default` when none is given)."""
     if project_id is None:
         project_id = (await teams_service.default_project(session=session)).id
-    job = Job(
+    job = new_job(spec=spec, project_id=project_id, submitted_by=submitted_by)
+    session.add(job)
+    await session.flush()
+    return job
+
+
+def new_job(
+    *, spec: JobSpec, project_id: int, submitted_by: str | None, actor: str | None = None
+) -> Job:
+    """A pending job with its pending tasks and its `created` event, not yet in a session:
+    added with others, a flush writes all of them in a few many-row INSERTs."""
+    tasks = [
+        # host set (to none) rather than left unloaded: the job's view reads it
+        Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[], host=None)
+        for role in ROLES
+        for index in range(spec.replicas.of(role).count)
+    ]
+    return Job(
         project_id=project_id,
         submitted_by=submitted_by,
         name=spec.name,
@@ -43,22 +60,17 @@ async def create_job(
         reason="waiting to be placed",
         spec=spec.model_dump(mode="json"),
         priority=spec.priority,
-        tasks=[
-            # host set (to none) rather than left unloaded: the job's view reads it
-            Task(role=role, index=index, status=TaskStatus.pending, gpu_indices=[], host=None)
-            for role in ROLES
-            for index in range(spec.replicas.of(role).count)
+        tasks=tasks,
+        events=[
+            JobEvent(
+                at=utcnow(),
+                kind=EventKind.created,
+                message=f"submitted with {len(tasks)} tasks",
+                data={},
+                actor=actor,  # else the session's (audit.name_actor)
+            )
         ],
     )
-    session.add(job)
-    await session.flush()
-    await record_event(
-        session=session,
-        job=job,
-        kind=EventKind.created,
-        message=f"submitted with {len(job.tasks)} tasks",
-    )
-    return job
 
 
 def _with_tasks() -> tuple[ExecutableOption, ...]:

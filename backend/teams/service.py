@@ -54,9 +54,20 @@ async def visible_project(*, session: AsyncSession, access: Access, name: str) -
 async def project_for_submit(*, session: AsyncSession, access: Access, name: str | None) -> Project:
     """Where a new job goes: the project its spec names, else the user's default project,
     else `default`; the caller must be a member of it (or an admin of it)."""
+    project = await submit_target(session=session, user_id=access.principal.user_id, name=name)
+    check_may_submit(access=access, project=project, name=name)
+    assert project is not None  # else check_may_submit raised
+    return project
+
+
+async def submit_target(
+    *, session: AsyncSession, user_id: int | None, name: str | None
+) -> Project | None:
+    """The project a job naming `name` (or no project) goes to, for that user; None if no
+    project has that name."""
     project: Project | None = None
-    if name is None and access.principal.user_id is not None:
-        user = await session.get(User, access.principal.user_id)
+    if name is None and user_id is not None:
+        user = await session.get(User, user_id)
         if user is not None and user.default_project_id is not None:
             project = await session.get(Project, user.default_project_id)
     if project is None and name is None:
@@ -64,6 +75,11 @@ async def project_for_submit(*, session: AsyncSession, access: Access, name: str
     if project is None:
         assert name is not None  # else `default` was found or made above
         project = await find_project(session=session, name=name)
+    return project
+
+
+def check_may_submit(*, access: Access, project: Project | None, name: str | None) -> None:
+    """Raises unless the caller may submit to `project` (submit_target's answer for `name`)."""
     name = project.name if project is not None else name
     if project is None or access.role_in(project.id) is None:
         raise NotFound(f"no project named {name}")  # as visible_project says it
@@ -72,7 +88,6 @@ async def project_for_submit(*, session: AsyncSession, access: Access, name: str
         raise Forbidden(
             f"{access.principal.label} is a {role} of project {name}; submitting needs a member"
         )
-    return project
 
 
 async def create_user(*, session: AsyncSession, name: str) -> User:

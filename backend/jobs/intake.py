@@ -1,0 +1,154 @@
+"""Job submissions, written together: those that arrive while the controller is busy go
+into its next transaction as one batch, a few many-row INSERTs for all of them.
+
+A submission is a change like any other (Controller.apply, under its lock); taking a thousand
+of them one transaction each held that lock for longer than placing the jobs did. Each caller
+is answered once the batch holding its job has committed, with its own job or its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from backend.audit import service as audit
+from backend.audit.actions import AuditAction
+from backend.auth import Principal
+from backend.errors import Forbidden, NotFound
+from backend.jobs import service
+from backend.jobs.models import Job
+from backend.jobs.spec import JobSpec
+from backend.scheduling.transaction import Transaction
+from backend.teams import service as teams_service
+from backend.teams.access import Access
+from backend.teams.models import Project
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# The most submissions one transaction writes: it holds the controller's lock meanwhile.
+BATCH = 32
+
+Apply = Callable[[Callable[[Transaction], Awaitable[T]]], Awaitable[T]]
+
+
+@dataclass(eq=False)
+class Submission:
+    """A validated job spec and who submits it from where; `answer` gets the stored job."""
+
+    spec: JobSpec
+    access: Access
+    principal: Principal
+    source: str | None
+    answer: asyncio.Future[Job] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class JobIntake:
+    def __init__(self, *, apply: Apply[dict[Submission, Job | Exception]]) -> None:
+        self._apply = apply  # Controller.apply, which never frees or takes capacity here
+        self._waiting: list[Submission] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def submit(
+        self, spec: JobSpec, *, access: Access, principal: Principal, source: str | None
+    ) -> Job:
+        """Store the job as pending in the project its spec names (teams_service.
+        project_for_submit says which and who may), once a transaction has written it."""
+        submission = Submission(spec=spec, access=access, principal=principal, source=source)
+        self._waiting.append(submission)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_waiting(), name="job intake")
+        # A caller that goes away before its batch is taken leaves nothing written (its
+        # answer is cancelled, and a cancelled submission is not taken).
+        return await submission.answer
+
+    async def _write_waiting(self) -> None:
+        while self._waiting:
+            taken, answers = await self._write_batch()
+            for submission in taken:
+                answer = answers[submission]
+                if submission.answer.done():  # its caller went away meanwhile
+                    continue
+                if isinstance(answer, Exception):
+                    submission.answer.set_exception(answer)
+                else:
+                    submission.answer.set_result(answer)
+
+    async def _write_batch(self) -> tuple[list[Submission], dict[Submission, Job | Exception]]:
+        taken: list[Submission] = []
+
+        async def write(tx: Transaction) -> dict[Submission, Job | Exception]:
+            # Taken once the lock is held: everything that arrived while waiting for it.
+            # Applied again after a stale read, the same batch is written again.
+            if not taken:
+                taken.extend(s for s in self._waiting[:BATCH] if not s.answer.done())
+                del self._waiting[:BATCH]
+            return await write_jobs(tx, taken)
+
+        try:
+            return taken, await self._apply(write)
+        except Exception:
+            # One submission's failure must not be the others': each alone, then.
+            log.exception("writing %d job submissions together failed", len(taken))
+            answers: dict[Submission, Job | Exception] = {}
+            for submission in taken:
+                answers |= await self._write_alone(submission)
+            return taken, answers
+
+    async def _write_alone(self, submission: Submission) -> dict[Submission, Job | Exception]:
+        try:
+            return await self._apply(lambda tx: write_jobs(tx, [submission]))
+        except Exception as error:
+            return {submission: error}
+
+
+async def write_jobs(
+    tx: Transaction, submissions: list[Submission]
+) -> dict[Submission, Job | Exception]:
+    """Each submission's job, or the error that refused it (its project gone, or it no
+    longer a member), written in one flush for the jobs and one for their audit entries."""
+    session = tx.session
+    answers: dict[Submission, Job | Exception] = {}
+    projects: dict[tuple[str | None, int | None], Project | None] = {}
+    for submission in submissions:
+        spec, access = submission.spec, submission.access
+        # Checked again under the lock: a project may have gone since the request's check.
+        key = (spec.project, access.principal.user_id)
+        if key not in projects:
+            projects[key] = await teams_service.submit_target(
+                session=session, user_id=key[1], name=key[0]
+            )
+        project = projects[key]
+        try:
+            teams_service.check_may_submit(access=access, project=project, name=spec.project)
+        except (NotFound, Forbidden) as refused:
+            answers[submission] = refused
+            continue
+        assert project is not None  # else refused above
+        answers[submission] = service.new_job(
+            spec=spec.model_copy(update={"project": project.name}),
+            project_id=project.id,
+            submitted_by=submission.principal.label,
+            actor=submission.principal.label,
+        )
+    jobs = {s: job for s, job in answers.items() if isinstance(job, Job)}
+    session.add_all(jobs.values())
+    await session.flush()
+    session.add_all(
+        audit.new_entry(
+            principal=s.principal,
+            source=s.source,
+            action=AuditAction.job_submit,
+            project_id=job.project_id,
+            job_id=job.id,
+            detail={"name": s.spec.name},
+        )
+        for s, job in jobs.items()
+    )
+    await session.flush()
+    return answers

@@ -1,0 +1,165 @@
+"""Job submissions waiting for the controller's lock are written together, on both databases:
+one transaction, a few many-row INSERTs, each caller answered with its own job or error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+
+from backend.audit.models import AuditEntry
+from backend.auth import Principal, TokenKind
+from backend.errors import NotFound
+from backend.jobs.intake import JobIntake, Submission
+from backend.jobs.models import Job, JobEvent, Task
+from backend.jobs.spec import JobSpec
+from backend.scheduling.controller import Change, Controller
+from backend.scheduling.transaction import Transaction
+from backend.teams.access import Access
+from backend.teams.roles import ProjectRole
+from tests.conftest import Api
+from tests.support.factories import make_spec
+
+ADMIN = Principal(TokenKind.admin)
+
+
+def access(*, member_of: int | None = None) -> Access:
+    """The server's admin token's access, or a user's who is a member of one project."""
+    if member_of is None:
+        return Access(ADMIN, everywhere=ProjectRole.admin)
+    user = Principal(TokenKind.user, user_id=999, user_name="carol")
+    return Access(user, roles={member_of: ProjectRole.member})
+
+
+def spec(name: str, project: str | None = None) -> JobSpec:
+    return JobSpec.model_validate(make_spec("parameter_server", name=name, project=project))
+
+
+def submit(intake: JobIntake, name: str, **how: Any) -> asyncio.Task[Job]:
+    """A submission by the admin token unless `access` says who, as a task."""
+    who: Access = how.pop("access", access())
+    return asyncio.create_task(
+        intake.submit(spec(name, **how), access=who, principal=who.principal, source="test")
+    )
+
+
+def controller_of(api: Api) -> Controller:
+    controller = api.app.state.controller  # type: ignore[attr-defined]
+    assert isinstance(controller, Controller)
+    return controller
+
+
+class Held:
+    """Holds the controller's lock (a change that waits) until released."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.release = asyncio.Event()
+        self.holding = asyncio.Event()
+
+        async def wait(_tx: Transaction) -> None:
+            self.holding.set()
+            await self.release.wait()
+
+        self.task = asyncio.create_task(controller.apply(wait))
+
+    async def __aenter__(self) -> Held:
+        await self.holding.wait()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.release.set()
+        await self.task
+
+
+def count_inserts(api: Api) -> Counter[str]:
+    inserts: Counter[str] = Counter()
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("INSERT INTO"):
+            inserts[statement.split()[2]] += 1
+
+    engine = api.app.state.engine  # type: ignore[attr-defined]
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    return inserts
+
+
+async def test_submissions_waiting_for_the_lock_are_written_in_one_batch(api: Api) -> None:
+    controller = controller_of(api)
+    intake = JobIntake(apply=controller.apply)
+    inserts = count_inserts(api)
+    async with Held(controller):
+        submitted = [submit(intake, f"j{n}") for n in range(12)]
+        await asyncio.sleep(0.05)
+        assert not any(s.done() for s in submitted)  # nothing written while the lock is held
+    jobs = await asyncio.gather(*submitted)
+    assert [job.name for job in jobs] == [f"j{n}" for n in range(12)]
+    assert len({job.id for job in jobs}) == 12
+    # One statement per table for all twelve jobs.
+    assert inserts == Counter({"jobs": 1, "tasks": 1, "job_events": 1, "audit_entries": 1})
+    async with api.session() as session:
+        for job in jobs:
+            stored = await session.scalars(select(Task.job_id).where(Task.job_id == job.id))
+            assert len(list(stored)) == len(job.tasks) == 4
+        created = await session.execute(select(JobEvent.job_id, JobEvent.actor))
+        assert sorted(created.all()) == sorted((job.id, ADMIN.label) for job in jobs)
+        audited = await session.scalars(select(AuditEntry.job_id))
+        assert sorted(i or 0 for i in audited) == sorted(job.id for job in jobs)
+
+
+async def test_a_refused_submission_does_not_fail_the_others_in_its_batch(api: Api) -> None:
+    controller = controller_of(api)
+    intake = JobIntake(apply=controller.apply)
+    carol = access(member_of=123456)  # a member of a project that does not exist
+    async with Held(controller):
+        ok = submit(intake, "ok")
+        refused = submit(intake, "no", project="nowhere", access=carol)
+        await asyncio.sleep(0.05)
+    assert (await ok).name == "ok"
+    with pytest.raises(NotFound, match="no project named nowhere"):
+        await refused
+    async with api.session() as session:
+        assert list(await session.scalars(select(Job.name))) == ["ok"]
+
+
+async def test_a_caller_gone_before_its_batch_is_taken_leaves_no_job(api: Api) -> None:
+    controller = controller_of(api)
+    intake = JobIntake(apply=controller.apply)
+    async with Held(controller):
+        gone = submit(intake, "gone")
+        kept = submit(intake, "kept")
+        await asyncio.sleep(0.05)
+        gone.cancel()
+    assert (await kept).name == "kept"
+    assert gone.cancelled()
+    async with api.session() as session:
+        assert list(await session.scalars(select(Job.name))) == ["kept"]
+
+
+async def test_a_batch_that_fails_is_written_again_one_submission_at_a_time(api: Api) -> None:
+    controller = controller_of(api)
+    batches: list[int] = []
+
+    async def apply(
+        change: Change[dict[Submission, Job | Exception]],
+    ) -> dict[Submission, Job | Exception]:
+        async def counted(tx: Transaction) -> dict[Submission, Job | Exception]:
+            answers = await change(tx)
+            batches.append(len(answers))
+            if len(answers) > 1:
+                raise RuntimeError("a batch that cannot be written")
+            return answers
+
+        return await controller.apply(counted)
+
+    intake = JobIntake(apply=apply)
+    async with Held(controller):
+        submitted = [submit(intake, f"j{n}") for n in range(3)]
+        await asyncio.sleep(0.05)
+    jobs = await asyncio.gather(*submitted)
+    assert batches == [3, 1, 1, 1]
+    assert [job.name for job in jobs] == ["j0", "j1", "j2"]
+    async with api.session() as session:
+        assert await session.scalar(select(func.count(Job.id))) == 3  # the failed batch left none
