@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from pydantic_core import from_json
 from sqlalchemy import DateTime, MetaData, event, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import (
@@ -73,6 +74,10 @@ def utcnow() -> datetime:
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An engine with the per-backend settings the server relies on."""
+    # JSON columns (a job's spec, each task's TF_CONFIG) read with pydantic-core's parser:
+    # the same values as the standard library's, decoded in a third of the time, and a
+    # placement pass decodes tens of thousands of them.
+    kwargs.setdefault("json_deserializer", from_json)
     if url.startswith("sqlite"):
         # One file, many readers: WAL lets the API read while ingest writes, and
         # busy_timeout makes a briefly locked database wait instead of failing.
