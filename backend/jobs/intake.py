@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.auth import Principal
@@ -92,13 +94,19 @@ class JobIntake:
 
         try:
             return taken, await self._apply(write)
-        except Exception:
-            # One submission's failure must not be the others': each alone, then.
+        except SQLAlchemyError:
+            # The database refused the batch, and nothing of it was committed: one
+            # submission's failure must not be the others', so each alone, then.
             log.exception("writing %d job submissions together failed", len(taken))
             answers: dict[Submission, Job | Exception] = {}
             for submission in taken:
                 answers |= await self._write_alone(submission)
             return taken, answers
+        except Exception as error:
+            # Anything else may have come after the commit: written again, the jobs would
+            # be there twice. Each caller gets the error, as a lone submission would.
+            log.exception("writing %d job submissions together failed", len(taken))
+            return taken, dict.fromkeys(taken, error)
 
     async def _write_alone(self, submission: Submission) -> dict[Submission, Job | Exception]:
         try:

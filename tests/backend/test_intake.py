@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select
+from sqlalchemy.exc import IntegrityError
 
 from backend.audit.models import AuditEntry
 from backend.auth import Principal, TokenKind
@@ -36,6 +38,9 @@ def access(*, member_of: int | None = None) -> Access:
 
 def spec(name: str, project: str | None = None) -> JobSpec:
     return JobSpec.model_validate(make_spec("parameter_server", name=name, project=project))
+
+
+Answers = dict[Submission, Job | Exception]
 
 
 def submit(intake: JobIntake, name: str, **how: Any) -> asyncio.Task[Job]:
@@ -138,23 +143,30 @@ async def test_a_caller_gone_before_its_batch_is_taken_leaves_no_job(api: Api) -
         assert list(await session.scalars(select(Job.name))) == ["kept"]
 
 
-async def test_a_batch_that_fails_is_written_again_one_submission_at_a_time(api: Api) -> None:
-    controller = controller_of(api)
-    batches: list[int] = []
+def failing_batches(
+    controller: Controller, error: Exception, batches: list[int]
+) -> Callable[[Change[Answers]], Awaitable[Answers]]:
+    """Controller.apply, but a batch of more than one submission raises `error` once it has
+    written its jobs (before the commit), and each batch's size is noted."""
 
-    async def apply(
-        change: Change[dict[Submission, Job | Exception]],
-    ) -> dict[Submission, Job | Exception]:
-        async def counted(tx: Transaction) -> dict[Submission, Job | Exception]:
+    async def apply(change: Change[Answers]) -> Answers:
+        async def counted(tx: Transaction) -> Answers:
             answers = await change(tx)
             batches.append(len(answers))
             if len(answers) > 1:
-                raise RuntimeError("a batch that cannot be written")
+                raise error
             return answers
 
         return await controller.apply(counted)
 
-    intake = JobIntake(apply=apply)
+    return apply
+
+
+async def test_a_batch_the_database_refuses_is_written_again_one_at_a_time(api: Api) -> None:
+    controller = controller_of(api)
+    batches: list[int] = []
+    refused = IntegrityError("INSERT INTO jobs ...", {}, Exception("refused"))
+    intake = JobIntake(apply=failing_batches(controller, refused, batches))
     async with Held(controller):
         submitted = [submit(intake, f"j{n}") for n in range(3)]
         await asyncio.sleep(0.05)
@@ -163,3 +175,17 @@ async def test_a_batch_that_fails_is_written_again_one_submission_at_a_time(api:
     assert [job.name for job in jobs] == ["j0", "j1", "j2"]
     async with api.session() as session:
         assert await session.scalar(select(func.count(Job.id))) == 3  # the failed batch left none
+
+
+async def test_any_other_failure_is_each_callers_and_nothing_is_written_again(api: Api) -> None:
+    controller = controller_of(api)
+    batches: list[int] = []
+    intake = JobIntake(apply=failing_batches(controller, RuntimeError("broken"), batches))
+    async with Held(controller):
+        submitted = [submit(intake, f"j{n}") for n in range(3)]
+        await asyncio.sleep(0.05)
+    answers = await asyncio.gather(*submitted, return_exceptions=True)
+    assert batches == [3]  # not written again: the error might have come after a commit
+    assert [str(answer) for answer in answers] == ["broken"] * 3
+    async with api.session() as session:
+        assert await session.scalar(select(func.count(Job.id))) == 0
