@@ -122,7 +122,7 @@ async def write_jobs(
     longer a member), written in one flush for the jobs and one for their audit entries."""
     session = tx.session
     answers: dict[Submission, Job | Exception] = {}
-    projects: dict[tuple[str | None, int | None], Project | None] = {}
+    projects: dict[tuple[str | None, int | None], Project | None] = {}  # submit_target's
     for submission in submissions:
         spec, access = submission.spec, submission.access
         # Checked again under the lock: a project may have gone since the request's check.
@@ -131,13 +131,13 @@ async def write_jobs(
             projects[key] = await teams_service.submit_target(
                 session=session, user_id=key[1], name=key[0]
             )
-        project = projects[key]
         try:
-            teams_service.check_may_submit(access=access, project=project, name=spec.project)
+            project = teams_service.check_may_submit(
+                access=access, project=projects[key], name=spec.project
+            )
         except (NotFound, Forbidden) as refused:
             answers[submission] = refused
             continue
-        assert project is not None  # else refused above
         answers[submission] = service.new_job(
             spec=spec.model_copy(update={"project": project.name}),
             project_id=project.id,

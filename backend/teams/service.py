@@ -55,9 +55,7 @@ async def project_for_submit(*, session: AsyncSession, access: Access, name: str
     """Where a new job goes: the project its spec names, else the user's default project,
     else `default`; the caller must be a member of it (or an admin of it)."""
     project = await submit_target(session=session, user_id=access.principal.user_id, name=name)
-    check_may_submit(access=access, project=project, name=name)
-    assert project is not None  # else check_may_submit raised
-    return project
+    return check_may_submit(access=access, project=project, name=name)
 
 
 async def submit_target(
@@ -78,8 +76,9 @@ async def submit_target(
     return project
 
 
-def check_may_submit(*, access: Access, project: Project | None, name: str | None) -> None:
-    """Raises unless the caller may submit to `project` (submit_target's answer for `name`)."""
+def check_may_submit(*, access: Access, project: Project | None, name: str | None) -> Project:
+    """`project` (submit_target's answer for `name`) if the caller may submit to it; raises
+    otherwise."""
     name = project.name if project is not None else name
     if project is None or access.role_in(project.id) is None:
         raise NotFound(f"no project named {name}")  # as visible_project says it
@@ -88,6 +87,7 @@ def check_may_submit(*, access: Access, project: Project | None, name: str | Non
         raise Forbidden(
             f"{access.principal.label} is a {role} of project {name}; submitting needs a member"
         )
+    return project
 
 
 async def create_user(*, session: AsyncSession, name: str) -> User:
