@@ -86,11 +86,13 @@ class Containment:
         """Live (not zombie) processes of the attempt."""
         raise NotImplementedError
 
-    def signal(self, sig: int) -> None:
-        """Send every process of the attempt a signal (SIGTERM, to ask them to stop)."""
+    def signal(self, sig: int, *, outside_group: int | None = None) -> None:
+        """Send every process of the attempt a signal (SIGTERM, to ask them to stop); with
+        `outside_group`, only those not in that process group (already signalled with it)."""
         for pid in self.procs():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+                if outside_group is None or os.getpgid(pid) != outside_group:
+                    os.kill(pid, sig)
 
     def kill(self) -> None:
         """SIGKILL everything in the attempt, once."""

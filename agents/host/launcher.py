@@ -391,7 +391,8 @@ class TaskProcess:
         self.stop_requested = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGTERM)
-        self.containment.signal(signal.SIGTERM)
+        # Once each: to a script (a sidecar evaluator) a second SIGTERM may mean "stop now".
+        self.containment.signal(signal.SIGTERM, outside_group=self.pid)
         try:
             await asyncio.wait_for(asyncio.shield(self._protocol.exited), timeout=grace)
         except TimeoutError:

@@ -233,6 +233,12 @@ class Supervisor:
 
     async def stop(self, command: StopTask) -> None:
         process = self._tasks.get(command.key)
+        if process is not None and process.stop_requested:
+            # The server sends a stop again while the task still runs (a lost command, it
+            # assumes); a second SIGTERM would cut short the grace the first one gave, in
+            # which a sidecar evaluator evaluates the final checkpoint.
+            log.info("%s of job %s is stopping already", command.key.task, command.key.job_id)
+            return
         if process is not None:
             log.info(
                 "stopping %s of job %s: %s", command.key.task, command.key.job_id, command.reason
