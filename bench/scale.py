@@ -110,10 +110,14 @@ class SimulatedAgent:
     async def run(self, stop: asyncio.Event) -> None:
         from websockets.asyncio.client import connect
 
+        from agents.host.channel import COMPRESSION
+
         headers = {"Authorization": f"Bearer {self.token}"}
         while not stop.is_set():
             try:
-                async with connect(self.url, additional_headers=headers, max_size=None) as ws:
+                async with connect(
+                    self.url, additional_headers=headers, max_size=None, compression=COMPRESSION
+                ) as ws:
                     await self._session(ws)
             except Exception:
                 await asyncio.sleep(0.5)  # reconnect, as a real agent would

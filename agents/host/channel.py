@@ -32,6 +32,9 @@ from agents.tls import client_ssl
 log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 16 << 20
+# No permessage-deflate: an agent's frames are mostly heartbeats of a few hundred bytes, and
+# compressing each cost the server CPU per frame and a zlib context per connected agent.
+COMPRESSION = None
 LOG_FLUSH_SECONDS = 0.1
 
 
@@ -126,6 +129,7 @@ class Channel:
                     additional_headers={"Authorization": f"Bearer {self._token}"},
                     ssl=self._ssl,
                     max_size=MAX_FRAME_BYTES,
+                    compression=COMPRESSION,
                     open_timeout=10,
                     ping_interval=20,
                 ) as websocket:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from backend.hosts.models import Host
 from backend.jobs.states import HostStatus, JobStatus, TaskStatus
-from backend.scheduling.reconcilers.lost_hosts import LostHosts
+from backend.scheduling.reconcilers.lost_hosts import CHECK_EVERY_SECONDS, LostHosts
 from tests.backend.reconcilers.conftest import World
 
 
@@ -81,4 +81,17 @@ async def test_a_stretched_heartbeat_period_stretches_the_silence_allowed(world:
     assert await host_status(world, "host-a") is HostStatus.online
     after_grace(world, silent_for=3 * least + 1)
     await world.run(lost_hosts(world))
+    assert await host_status(world, "host-a") is HostStatus.lost
+
+
+async def test_the_hosts_are_read_at_most_once_a_check_period(world: World) -> None:
+    await world.host("host-a")
+    reconciler = lost_hosts(world)
+    after_grace(world, silent_for=0.5)
+    await world.run(reconciler)  # a check: host-a is heard from
+    after_grace(world, silent_for=world.settings.heartbeat_timeout_seconds + 1)
+    await world.run(reconciler)  # within the period of the last check: not read again
+    assert await host_status(world, "host-a") is HostStatus.online
+    reconciler.checked_at -= CHECK_EVERY_SECONDS
+    await world.run(reconciler)  # the next check finds it silent
     assert await host_status(world, "host-a") is HostStatus.lost
