@@ -73,6 +73,9 @@ from bench.harness import (
 GPUS_PER_AGENT = 8
 AGENT_PROCESSES = 4
 SUBMITTERS = 8  # jobs submitted at a time
+# py-spy's samples per second of the server while it places: the sampling takes CPU from the
+# same two cores, so the placement window is measured more slowly the higher this is.
+PLACING_PROFILE_RATE = 200
 JOB: dict[str, Any] = {
     "name": "scale",
     "strategy": "parameter_server",
@@ -204,6 +207,20 @@ def lock_held(http: httpx.Client) -> dict[str, float]:
     }
 
 
+def passes(http: httpx.Client) -> int:
+    """Reconcile passes the server's controller has run so far, from its /metrics."""
+    text = http.get("/metrics").raise_for_status().text
+    return round(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "strata_reconcile_pass_seconds"
+            for sample in family.samples
+            if sample.name.endswith("_count")
+        )
+    )
+
+
 def wait_online(http: httpx.Client, count: int, timeout: float) -> float:
     began = time.monotonic()
     while time.monotonic() - began < timeout:
@@ -300,6 +317,7 @@ def measure(
     place_timeout: float,
     database_url: str | None = None,
     profiles: Path = RESULTS / "profiles",
+    placing_rate: int = PLACING_PROFILE_RATE,
 ) -> dict[str, Any]:
     """One run: a fresh server on `database_url` (None: SQLite) and `agents` agents; its
     samples and garbage collections are written under `profiles`."""
@@ -315,7 +333,7 @@ def measure(
     provenance = {"measured_on": measured_on()}
     with strata_server(database_url, extra_env=probe) as server:
         try:
-            measured = _measure(server, agents, requests, place_timeout, profiles)
+            measured = _measure(server, agents, requests, place_timeout, profiles, placing_rate)
             loads = {"load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)]}
             result = {"database": database, **measured, **loads, **provenance}
             if "failed" not in result:
@@ -336,7 +354,12 @@ def measure(
 
 
 def _measure(
-    server: Server, agents: int, requests: int, place_timeout: float, profiles: Path
+    server: Server,
+    agents: int,
+    requests: int,
+    place_timeout: float,
+    profiles: Path,
+    placing_rate: int,
 ) -> dict[str, Any]:
     url = server.ws_url + "/agents/connect"
     groups = [list(range(agents))[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
@@ -362,14 +385,21 @@ def _measure(
         # Sampled from the first submission until every job runs: what placing and starting
         # costs the server, stage by stage.
         placing = profiles / f"scale-{server.database}-{agents}-placing.txt"
-        recorder = profiling.start(server.process.pid, place_timeout, placing)
-        held_before = lock_held(http)
+        recorder = (
+            profiling.start(server.process.pid, place_timeout, placing, rate=placing_rate)
+            if placing_rate
+            else None
+        )
+        held_before, passes_before = lock_held(http), passes(http)
         try:
             submitted, placed = _submit_and_wait(http, agents, place_timeout)
         finally:
             profiling.stop(recorder)
         held = {by: round(s - held_before.get(by, 0.0), 2) for by, s in lock_held(http).items()}
-        placing_profile = profiling.summarize(placing, PLACING_STAGES, top=8)
+        placing_passes = passes(http) - passes_before
+        placing_profile = (
+            profiling.summarize(placing, PLACING_STAGES, top=8) if recorder is not None else None
+        )
         print(f"  placing: {json.dumps(placing_profile)}", flush=True)
         print(
             f"  {agents} jobs ({10 * agents} tasks) submitted in {submitted:.1f}s, all running "
@@ -419,6 +449,8 @@ def _measure(
             "get_jobs_profile": profiling.summarize(profile, SCALE_STAGES, top=8),
             "placing_profile": placing_profile,
             "placing_lock_held_seconds": held,
+            "placing_passes": placing_passes,
+            "placing_profile_rate": placing_rate,
             "_window": window,
         }
         print(f"  {json.dumps(result)}", flush=True)
@@ -472,6 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         "--place-timeout", type=float, default=600, help="seconds for all jobs to run"
     )
     parser.add_argument(
+        "--placing-profile-rate",
+        type=int,
+        default=PLACING_PROFILE_RATE,
+        help="py-spy samples/s while jobs are placed (0: not sampled, the window unslowed)",
+    )
+    parser.add_argument(
         "--keep",
         action="store_true",
         help="keep the runs already in scale.json that this one does not measure again",
@@ -496,7 +534,15 @@ def main(argv: list[str] | None = None) -> int:
             for count in counts:
                 print(f"{database}: {count} simulated agents", flush=True)
                 url = stack.enter_context(postgres_database(admin_url)) if admin_url else None
-                results["runs"].append(measure(count, requests, args.place_timeout, url))
+                results["runs"].append(
+                    measure(
+                        count,
+                        requests,
+                        args.place_timeout,
+                        url,
+                        placing_rate=args.placing_profile_rate,
+                    )
+                )
     results["runs"].sort(key=lambda run: (DATABASES.index(run["database"]), run["agents"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
