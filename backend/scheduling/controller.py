@@ -73,6 +73,10 @@ LockHolder = Literal["pass", "request", "agent"]
 
 STALE_RETRIES = 5  # times a change is applied again after a job changed under it
 PASS_GAP_SECONDS = 0.05  # the least time from one pass's start to the next one's
+# ... and at least this many times the last pass's length: under load a pass holds the lock
+# at most half the time, so submissions and agents' reports get their turn, and each pass
+# takes in more at once (its fixed queries shared by more jobs and starts).
+PASS_GAP_FACTOR = 2.0
 
 
 class Controller:
@@ -113,19 +117,20 @@ class Controller:
 
     async def run(self) -> None:
         failures = 0
-        last_pass = -PASS_GAP_SECONDS
+        last_pass, gap = -PASS_GAP_SECONDS, PASS_GAP_SECONDS
         while True:
             period = self.settings.reconcile_seconds
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=period * random.uniform(0.8, 1.2))
             # A burst of wake-ups (submissions, agents' starts) is taken in by one pass: a
             # pass per submission cost more than the submissions themselves.
-            await asyncio.sleep(last_pass + PASS_GAP_SECONDS - time.monotonic())
+            await asyncio.sleep(last_pass + gap - time.monotonic())
             last_pass = time.monotonic()
             self._wake.clear()
             try:
-                await self.reconcile()
+                held = await self.reconcile()
                 failures = 0
+                gap = max(PASS_GAP_SECONDS, PASS_GAP_FACTOR * held)
             except StaleDataError:
                 log.info("a job changed during a reconcile pass; passing again")
                 self.wake()
@@ -134,13 +139,16 @@ class Controller:
                 log.exception("reconcile pass failed (%d in a row)", failures)
                 await asyncio.sleep(min(30.0, period * 2**failures) * random.uniform(0.5, 1.0))
 
-    async def reconcile(self) -> None:
-        """One pass: every reconciler, in order, in one transaction."""
+    async def reconcile(self) -> float:
+        """One pass: every reconciler, in order, in one transaction. Returns the seconds it
+        held the lock (the wait for it left out)."""
         began = time.perf_counter()
         try:
             async with self._transaction("pass") as tx:
+                locked = time.perf_counter()
                 for reconciler in self.reconcilers:
                     await reconciler.reconcile(tx)
+            held = time.perf_counter() - locked
         except BaseException:
             self.view.capacity_changed()  # placed in memory, never committed
             raise
@@ -148,6 +156,7 @@ class Controller:
             if self.monitor is not None:
                 self.monitor.reconcile_seconds.observe(time.perf_counter() - began)
         self._send(tx.outbox)
+        return held
 
     @contextlib.asynccontextmanager
     async def _transaction(self, holder: LockHolder) -> AsyncIterator[Transaction]:
