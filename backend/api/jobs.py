@@ -79,27 +79,29 @@ async def submit_job(
 ) -> JobRead:
     """Submit a job spec (JSON or YAML) to a project you are a member of (spec.project); it
     waits as pending until it can be placed."""
-    body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
-    spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
-    if spec.code is not None and get_code_store(request).size(spec.code.sha256) is None:
-        raise InvalidInput(
-            [FieldIssue("code.sha256", f"no code bundle {spec.code.sha256}: upload it first")]
-        )
+    # A batch of submissions about to be written waits a little for this one (jobs.intake).
+    with intake.arriving():
+        body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
+        spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
+        if spec.code is not None and get_code_store(request).size(spec.code.sha256) is None:
+            raise InvalidInput(
+                [FieldIssue("code.sha256", f"no code bundle {spec.code.sha256}: upload it first")]
+            )
 
-    project = await teams_service.project_for_submit(
-        session=session, access=access, name=spec.project
-    )
-    check_priority(project=project, priority=spec.priority)
-    slurm: SlurmBackend | None = getattr(request.app.state, "slurm", None)
-    await admit(
-        spec,
-        settings=request.app.state.settings,
-        commands=None if slurm is None else slurm.commands,
-        project_account=project.slurm_account,  # what sbatch will be given
-    )
-    # The connection goes back to the pool before the wait for the controller's lock: many
-    # submissions waiting there must not hold every connection the controller needs to write.
-    await session.rollback()
+        project = await teams_service.project_for_submit(
+            session=session, access=access, name=spec.project
+        )
+        check_priority(project=project, priority=spec.priority)
+        slurm: SlurmBackend | None = getattr(request.app.state, "slurm", None)
+        await admit(
+            spec,
+            settings=request.app.state.settings,
+            commands=None if slurm is None else slurm.commands,
+            project_account=project.slurm_account,  # what sbatch will be given
+        )
+        # The connection goes back to the pool before the wait for the controller's lock: many
+        # submissions waiting there must not hold every connection the controller needs to write.
+        await session.rollback()
 
     # Written with the other submissions waiting for the controller's lock (jobs.intake).
     job = await intake.submit(spec, access=access, principal=principal, source=source)

@@ -9,8 +9,9 @@ is answered once the batch holding its job has committed, with its own job or it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -33,6 +34,10 @@ T = TypeVar("T")
 
 # The most submissions one transaction writes: it holds the controller's lock meanwhile.
 BATCH = 32
+# While other submissions are still being checked (`arriving`), a batch waits up to this
+# long for them before it asks for the lock: without it, a burst from a few clients became
+# batches of one or two, each a transaction of its own. A lone submission does not wait.
+GATHER_SECONDS = 0.01
 
 Apply = Callable[[Callable[[Transaction], Awaitable[T]]], Awaitable[T]]
 
@@ -55,6 +60,19 @@ class JobIntake:
         self._apply = apply  # Controller.apply, which never frees or takes capacity here
         self._waiting: list[Submission] = []
         self._writer: asyncio.Task[None] | None = None
+        self._arriving = 0  # submissions being checked before they are handed in
+        self._changed = asyncio.Event()  # one was handed in, or a request's checks ended
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around a request's own checks of a submission, before `submit`: a batch about to
+        be written waits a little for it."""
+        self._arriving += 1
+        try:
+            yield
+        finally:
+            self._arriving -= 1
+            self._changed.set()
 
     async def submit(
         self, spec: JobSpec, *, access: Access, principal: Principal, source: str | None
@@ -63,6 +81,7 @@ class JobIntake:
         project_for_submit says which and who may), once a transaction has written it."""
         submission = Submission(spec=spec, access=access, principal=principal, source=source)
         self._waiting.append(submission)
+        self._changed.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_waiting(), name="job intake")
         # A caller that goes away before its batch is taken leaves nothing written (its
@@ -71,6 +90,7 @@ class JobIntake:
 
     async def _write_waiting(self) -> None:
         while self._waiting:
+            await self._gather()
             taken, answers = await self._write_batch()
             for submission in taken:
                 answer = answers[submission]
@@ -80,6 +100,14 @@ class JobIntake:
                     submission.answer.set_exception(answer)
                 else:
                     submission.answer.set_result(answer)
+
+    async def _gather(self) -> None:
+        """Up to GATHER_SECONDS, while requests still check submissions (and a batch has room)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GATHER_SECONDS):
+                while self._arriving and len(self._waiting) < BATCH:
+                    self._changed.clear()
+                    await self._changed.wait()
 
     async def _write_batch(self) -> tuple[list[Submission], dict[Submission, Job | Exception]]:
         taken: list[Submission] = []

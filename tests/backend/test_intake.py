@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from backend.audit.models import AuditEntry
 from backend.auth import Principal, TokenKind
 from backend.errors import NotFound
-from backend.jobs.intake import JobIntake, Submission
+from backend.jobs.intake import GATHER_SECONDS, JobIntake, Submission
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.spec import JobSpec
 from backend.scheduling.controller import Change, Controller
@@ -89,6 +89,27 @@ def count_inserts(api: Api) -> Counter[str]:
     engine = api.app.state.engine  # type: ignore[attr-defined]
     event.listen(engine.sync_engine, "before_cursor_execute", count)
     return inserts
+
+
+async def test_a_batch_waits_briefly_for_submissions_still_being_checked(api: Api) -> None:
+    controller = controller_of(api)
+    intake = JobIntake(apply=controller.apply)
+    inserts = count_inserts(api)
+    with intake.arriving():  # another request, still checking its submission
+        first = submit(intake, "first")
+        await asyncio.sleep(GATHER_SECONDS / 4)
+        second = submit(intake, "second")
+        await asyncio.sleep(0)  # handed in as its request's checks end, as the route does
+    jobs = await asyncio.gather(first, second)
+    assert [job.name for job in jobs] == ["first", "second"]
+    assert inserts == Counter({"jobs": 1, "tasks": 1, "job_events": 1, "audit_entries": 1})
+    # Alone, a submission is written at once, and it waits no longer than the gather time for
+    # a request that never hands one in.
+    with intake.arriving():
+        began = asyncio.get_running_loop().time()
+        await submit(intake, "alone")
+        assert asyncio.get_running_loop().time() - began < GATHER_SECONDS + 0.5
+    assert inserts["jobs"] == 2
 
 
 async def test_submissions_waiting_for_the_lock_are_written_in_one_batch(api: Api) -> None:
