@@ -77,6 +77,9 @@ def _frame_label(frame: str, *, line: bool = False) -> str:
 
 # Leaves where a thread waits rather than works (the event loop's epoll, an idle worker).
 IDLE_LEAVES = ("select (selectors.py)", "wait (threading.py)", "get (queue.py)")
+# The leaf of a thread inside uvloop's C loop: waiting for events or running the loop's own
+# work, which py-spy (without --native) cannot tell apart. Counted apart from busy and idle.
+LOOP_LEAVES = ("Runner.run (asyncio/runners.py)",)
 
 
 def _idle_lines() -> tuple[str, ...]:
@@ -143,7 +146,7 @@ def summarize(
     stages = SERVER_STAGES if stages is None else stages
     own: Counter[str] = Counter()
     in_stage: Counter[str] = Counter()
-    busy = idle = excluded = 0
+    busy = idle = excluded = in_loop = 0
     if not path.exists():
         return {"samples": 0}
     for line in path.read_text(errors="replace").splitlines():
@@ -159,6 +162,9 @@ def summarize(
         if frames[-1].endswith(IDLE_LEAVES) or _frame_label(raw[-1], line=True) in IDLE_LINES:
             idle += count
             continue
+        if frames[-1].endswith(LOOP_LEAVES):
+            in_loop += count
+            continue
         busy += count
         own[frames[-1]] += count
         for stage, marker in stages.items():
@@ -171,6 +177,7 @@ def summarize(
     return {
         "busy_samples": busy,
         "idle_samples": idle,
+        **({"event_loop_samples": in_loop} if in_loop else {}),
         **({"excluded_samples": excluded} if exclude else {}),
         "stages_pct": {stage: pct(in_stage[stage]) for stage in stages if in_stage[stage]},
         "self_pct": [(label, pct(n)) for label, n in own.most_common(top)],

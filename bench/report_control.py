@@ -392,10 +392,18 @@ def _loads(run: dict[str, Any]) -> str:
 def _profile_text(profile: dict[str, Any]) -> str:
     stages = ", ".join(f"{name} {pct:.0f}%" for name, pct in profile["stages_pct"].items())
     top = ", ".join(f"`{label}` {pct:.0f}%" for label, pct in profile["self_pct"][:4])
-    busy = profile["busy_samples"] / (profile["busy_samples"] + profile["idle_samples"])
+    in_loop = profile.get("event_loop_samples", 0)
+    total = profile["busy_samples"] + profile["idle_samples"] + in_loop
+    busy = profile["busy_samples"] / total
+    loop = (
+        f", {100 * in_loop / total:.0f}% inside uvloop (waiting, or its own work: py-spy "
+        "cannot tell which)"
+        if in_loop
+        else ""
+    )
     return (
-        f"the server was busy in {100 * busy:.0f}% of py-spy's samples (all threads); of "
-        f"those: {stages or 'no stage matched'}. Most self time: {top}."
+        f"the server was busy in Python in {100 * busy:.0f}% of py-spy's samples (all "
+        f"threads){loop}; of those busy: {stages or 'no stage matched'}. Most self time: {top}."
     )
 
 
