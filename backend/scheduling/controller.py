@@ -73,9 +73,10 @@ LockHolder = Literal["pass", "request", "agent"]
 
 STALE_RETRIES = 5  # times a change is applied again after a job changed under it
 PASS_GAP_SECONDS = 0.05  # the least time from one pass's start to the next one's
-# ... and at least this many times the last pass's length: under load a pass holds the lock
-# at most half the time, so submissions and agents' reports get their turn, and each pass
-# takes in more at once (its fixed queries shared by more jobs and starts).
+# ... and, when changes were waiting for the lock as the pass ended, at least this many times
+# the time it held the lock: under load a pass holds it at most half the time, so submissions
+# and agents' reports get their turn, and each pass takes in more at once (its fixed queries
+# shared by more jobs and starts). With none waiting, the next pass need not leave room.
 PASS_GAP_FACTOR = 2.0
 
 
@@ -96,6 +97,7 @@ class Controller:
         self.pace = HeartbeatPace.from_settings(settings)
         self.backend = NativeAgents(settings=settings, tokens=tokens, hub=hub)
         self._lock = asyncio.Lock()
+        self._queued = 0  # transactions waiting for the lock
         self._wake = asyncio.Event()
         view = self.view
         # In this order: what agents reported first, then what follows from it.
@@ -130,7 +132,7 @@ class Controller:
             try:
                 held = await self.reconcile()
                 failures = 0
-                gap = max(PASS_GAP_SECONDS, PASS_GAP_FACTOR * held)
+                gap = max(PASS_GAP_SECONDS, PASS_GAP_FACTOR * held * bool(self._queued))
             except StaleDataError:
                 log.info("a job changed during a reconcile pass; passing again")
                 self.wake()
@@ -162,17 +164,22 @@ class Controller:
     async def _transaction(self, holder: LockHolder) -> AsyncIterator[Transaction]:
         """Under the lock, a transaction that commits if the block ends normally; what it
         noted for after the commit is applied then. Its commands are the caller's to send."""
-        async with self._lock:
-            took = time.perf_counter()
-            try:
-                async with self.sessions() as session:
-                    tx = Transaction(session=session, backend=self.backend, monitor=self.monitor)
-                    yield tx
-                    await session.commit()
-            finally:
-                if self.monitor is not None:
-                    held = time.perf_counter() - took
-                    self.monitor.lock_held_seconds.labels(by=holder).inc(held)
+        self._queued += 1  # counted while it waits: a pass ending leaves it room
+        try:
+            await self._lock.acquire()
+        finally:
+            self._queued -= 1
+        took = time.perf_counter()
+        try:
+            async with self.sessions() as session:
+                tx = Transaction(session=session, backend=self.backend, monitor=self.monitor)
+                yield tx
+                await session.commit()
+        finally:
+            self._lock.release()
+            if self.monitor is not None:
+                held = time.perf_counter() - took
+                self.monitor.lock_held_seconds.labels(by=holder).inc(held)
         for note in tx.after_commit:
             note()
 
