@@ -257,12 +257,20 @@ def _lock_text(run: dict[str, Any]) -> str:
         return ""
     placed = run["place_and_start_seconds"]
     requests, passes = held.get("request", 0.0), held.get("pass", 0.0)
+    share = sum(held.values()) / placed
+    count = run.get("placing_passes")
     return (
         f"The controller's lock, which every change to jobs and tasks takes, was held "
-        f"{sum(held.values()) / placed:.0%} of that time: {passes:.1f} s by reconcile passes, "
-        f"{requests:.1f} s by the submissions ({1000 * requests / run['agents']:.0f} ms each) "
-        f"and {held.get('agent', 0.0):.1f} s by agents' hellos and exits, so each change "
-        "waited for the others; the time it is held, not the database's, sets the rate. "
+        f"{share:.0%} of that time: {passes:.1f} s by "
+        + (f"{count} reconcile passes" if count else "reconcile passes")
+        + f", {requests:.1f} s by the submissions ({1000 * requests / run['agents']:.0f} ms "
+        f"each) and {held.get('agent', 0.0):.1f} s by agents' hellos and exits"
+        + (
+            ", so each change waited for the others; the time it is held, not the "
+            "database's, sets the rate. "
+            if share >= 0.95
+            else ". "
+        )
     )
 
 
@@ -468,8 +476,8 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
                 "of it"
                 + (
                     ": placement kept up with the submissions)"
-                    if placed - largest["submit_seconds"] < 5
-                    else ")"
+                    if placed - largest["submit_seconds"] < 1
+                    else f"; placing the rest took {placed - largest['submit_seconds']:.1f} s more)"
                 )
                 + (f", with the machine's load average {_loads(largest)}" if loads else "")
                 + ". "
