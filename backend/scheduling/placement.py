@@ -112,6 +112,12 @@ def listed(names: Iterable[str], most: int = 3) -> str:
 def _place(
     needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity]
 ) -> dict[tuple[str, int], Slot] | Unplaceable:
+    # More GPUs than all of them have free: refused before any host is tried (with a full
+    # cluster, trying a thousand hosts for each waiting job made every fifth second's pass,
+    # which examines them all again, hold the lock for a submission's p99).
+    wanted, free = sum(n.gpus for n in needs), sum(len(h.free_gpus) for h in hosts)
+    if wanted > free:
+        return Unplaceable(_too_few_gpus(wanted, free))
     # The hosts the rule can choose: each task goes to a host with none of this job's tasks
     # yet while there is one, and of those to the one with the most free GPUs. So among
     # hosts with a free port, the len(needs) with the most free GPUs always hold the choice,
@@ -172,7 +178,7 @@ def _why_not(needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity], stuck: Ta
     free = sum(len(h.free_gpus) for h in hosts)
     most = max(len(h.free_gpus) for h in hosts)
     if wanted > free:
-        return f"needs {wanted} GPUs on free hosts, cluster has {free} free"
+        return _too_few_gpus(wanted, free)
     if stuck.gpus > most:
         return (
             f"{stuck.name} needs {stuck.gpus} GPUs on one host; the most free on any host is {most}"
@@ -183,3 +189,7 @@ def _why_not(needs: Sequence[TaskNeed], hosts: Sequence[HostCapacity], stuck: Ta
         f"its {len(needs)} tasks ({wanted} GPUs) do not fit together on the free hosts "
         f"({free} GPUs free across {len(hosts)} hosts)"
     )
+
+
+def _too_few_gpus(wanted: int, free: int) -> str:
+    return f"needs {wanted} GPUs on free hosts, cluster has {free} free"

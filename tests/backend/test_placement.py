@@ -116,3 +116,12 @@ def test_looking_only_at_the_shortlist_places_as_looking_at_every_host(
         assert [(h.free_gpus, h.used_ports) for h in shortlisted] == [
             (h.free_gpus, h.used_ports) for h in everywhere
         ]
+
+
+def test_more_gpus_than_are_free_anywhere_is_refused_saying_so_with_nothing_taken() -> None:
+    hosts = [
+        HostCapacity(i, f"h{i}", "10.0.0.1", [0] if i == 0 else [], (1, 100)) for i in range(3)
+    ]
+    placed = place([TaskNeed("worker", 0, 1), TaskNeed("worker", 1, 1)], hosts)
+    assert placed == Unplaceable("needs 2 GPUs on free hosts, cluster has 1 free")
+    assert hosts[0].free_gpus == [0]  # nothing taken

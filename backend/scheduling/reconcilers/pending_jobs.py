@@ -23,8 +23,11 @@ from backend.scheduling.transaction import Transaction
 from backend.slurm.script import allocation_shape
 
 # Jobs placed in one pass, which is one transaction: a thousand queued jobs placed at once held
-# SQLite's write lock for longer than a submission would wait for it (30 s, then a 500).
-PLACEMENTS_PER_PASS = 50
+# SQLite's write lock for longer than a submission would wait for it (30 s, then a 500). A
+# hundred hold the controller's lock for about half a second at 1,000 agents; fifty made the
+# backlog after a burst of submissions take a second or two longer (more passes, each with
+# its fixed queries).
+PLACEMENTS_PER_PASS = 100
 PENDING_PAGE = 2 * PLACEMENTS_PER_PASS  # queued jobs loaded at a time while placing
 
 

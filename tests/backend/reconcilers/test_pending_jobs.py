@@ -62,7 +62,8 @@ async def test_a_job_ended_meanwhile_is_not_placed(world: World) -> None:
 
 
 async def test_a_pass_places_at_most_its_share_and_asks_for_another(world: World) -> None:
-    await world.host("host-a", gpus=0)
+    for name in ("host-a", "host-b"):  # 100 ports each: room for every job
+        await world.host(name, gpus=0)
     for _ in range(PLACEMENTS_PER_PASS + 1):
         await world.job("mirrored", replicas={"chief": {"count": 1, "gpus": 0}})
     wakes: list[int] = []
