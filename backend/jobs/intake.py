@@ -89,6 +89,7 @@ class JobIntake:
         return await submission.answer
 
     async def _write_waiting(self) -> None:
+        self._changed = asyncio.Event()  # of this loop (an app may serve several, in tests)
         while self._waiting:
             await self._gather()
             taken, answers = await self._write_batch()

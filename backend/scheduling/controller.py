@@ -132,7 +132,8 @@ class Controller:
             try:
                 held = await self.reconcile()
                 failures = 0
-                gap = max(PASS_GAP_SECONDS, PASS_GAP_FACTOR * held * bool(self._queued))
+                # Room for the changes that waited for the lock meanwhile, if any did.
+                gap = max(PASS_GAP_SECONDS, PASS_GAP_FACTOR * held if self._queued else 0.0)
             except StaleDataError:
                 log.info("a job changed during a reconcile pass; passing again")
                 self.wake()

@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 
 RECONNECT_CEILING_SECONDS = 10.0  # agents.host.channel.Backoff's ceiling
 # Every online host's name is read at most this often: a host is lost within this much of
-# its timeout, and a pass placing jobs (twenty a second at a thousand hosts) does not read
-# a thousand names each time.
+# its timeout, and passes placing jobs (up to twenty a second) do not read a thousand names
+# each time.
 CHECK_EVERY_SECONDS = 1.0
 
 
