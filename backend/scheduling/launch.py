@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,80 +30,72 @@ def checkpoint_dir(spec: JobSpec, job_id: int, root: Path) -> Path:
     return root / (spec.checkpoint.dir or f"job-{job_id}")
 
 
-def task_environment(
-    *,
-    spec: JobSpec,
-    key: TaskKey,
-    gpus: list[int],
-    tf_config: dict[str, Any],
-    task_token: str,
-    checkpoint_root: Path,
-) -> TaskEnvironment:
-    """Everything the server tells a task; the agent adds where the server is."""
-    return TaskEnvironment(
-        tf_config=json.dumps(tf_config, separators=(",", ":")),
-        # An empty list hides every GPU: a task gets exactly the devices it was given.
-        visible_devices=TaskEnvironment.device_list(gpus),
-        job_id=key.job_id,
-        task=TaskName.parse(key.task),
-        attempt=key.attempt,
-        strategy=spec.strategy,
-        task_token=task_token,
-        checkpoint_dir=str(checkpoint_dir(spec, key.job_id, checkpoint_root)),
-        # every_epochs, every_seconds, keep, keep_best: read by agents.runtime.checkpoints.
-        checkpoint_policy=spec.checkpoint.model_dump_json(exclude={"dir", "warm_start_from"}),
-        warm_start_from=spec.checkpoint.warm_start_from,
-        # Read by agents.runtime.export and agents.runtime.strategy (agents.options).
-        export=spec.export.model_dump_json() if spec.export is not None else None,
-        strategy_options=(
-            spec.strategy_options.model_dump_json(exclude_none=True)
-            if spec.strategy_options != StrategyOptions()
-            else None
-        ),
-        # Fail RPCs to a dead peer at once so the coordinator can reschedule its closures.
-        grpc_fail_fast="use_caller",
-        # tf.keras is tf_keras: Keras 3 cannot fit under the multi-worker strategies.
-        legacy_keras="1",
-    )
+@dataclass(frozen=True)
+class JobLaunch:
+    """What the start messages of one job's tasks share, worked out once for all of them
+    rather than per task (a pass placing a hundred jobs builds a thousand messages)."""
 
+    spec: JobSpec
+    # The job's own variables, then Strata's for the whole job (Strata's win; the spec
+    # refuses most of them anyway).
+    env: dict[str, str]
 
-def start_message(
-    *,
-    spec: JobSpec,
-    key: TaskKey,
-    port: int,
-    gpus: list[int],
-    tf_config: dict[str, Any],
-    task_token: str,
-    checkpoint_root: Path,
-) -> StartTask:
-    told = task_environment(
-        spec=spec,
-        key=key,
-        gpus=gpus,
-        tf_config=tf_config,
-        task_token=task_token,
-        checkpoint_root=checkpoint_root,
-    )
-    role = TaskName.parse(key.task).role
-    return StartTask(
-        key=key,
-        argv=task_argv(spec, role),
-        # The runtime server needs none of the job's files.
-        working_dir="." if runs_runtime_server(spec, role) else spec.working_dir,
-        # The job's own variables first: Strata's win (the spec refuses most of them anyway).
-        env={**spec.env, **told.to_env()},
-        port=port,
-        gpus=gpus,
-        memory_limit=spec.replicas.of(role).memory_bytes,
-        code_sha256=(
-            spec.code.sha256
-            if spec.code is not None and not runs_runtime_server(spec, role)
-            else None
-        ),
-        # Every task runs in it, the runtime's own servers too: the image brings the
-        # TensorFlow they serve variables with.
-        # `environment: {}` is the agent's own interpreter, as no environment is.
-        environment=spec.environment if spec.environment != RuntimeEnvironment() else None,
-        warm_start=spec.warm_start,
-    )
+    @classmethod
+    def of(cls, *, spec: JobSpec, job_id: int, task_token: str, checkpoint_root: Path) -> JobLaunch:
+        shared = TaskEnvironment(
+            job_id=job_id,
+            strategy=spec.strategy,
+            task_token=task_token,
+            checkpoint_dir=str(checkpoint_dir(spec, job_id, checkpoint_root)),
+            # every_epochs, every_seconds, keep, keep_best: read by agents.runtime.checkpoints.
+            checkpoint_policy=spec.checkpoint.model_dump_json(exclude={"dir", "warm_start_from"}),
+            warm_start_from=spec.checkpoint.warm_start_from,
+            # Read by agents.runtime.export and agents.runtime.strategy (agents.options).
+            export=spec.export.model_dump_json() if spec.export is not None else None,
+            strategy_options=(
+                spec.strategy_options.model_dump_json(exclude_none=True)
+                if spec.strategy_options != StrategyOptions()
+                else None
+            ),
+            # Fail RPCs to a dead peer at once so the coordinator can reschedule its closures.
+            grpc_fail_fast="use_caller",
+            # tf.keras is tf_keras: Keras 3 cannot fit under the multi-worker strategies.
+            legacy_keras="1",
+        )
+        return cls(spec=spec, env={**spec.env, **shared.to_env()})
+
+    def environment(
+        self, *, key: TaskKey, gpus: list[int], tf_config: dict[str, Any]
+    ) -> dict[str, str]:
+        """Everything the server tells this task; the agent adds where the server is."""
+        own = TaskEnvironment(
+            tf_config=json.dumps(tf_config, separators=(",", ":")),
+            # An empty list hides every GPU: a task gets exactly the devices it was given.
+            visible_devices=TaskEnvironment.device_list(gpus),
+            task=TaskName.parse(key.task),
+            attempt=key.attempt,
+        )
+        return {**self.env, **own.to_env()}
+
+    def start_message(
+        self, *, key: TaskKey, port: int, gpus: list[int], tf_config: dict[str, Any]
+    ) -> StartTask:
+        spec = self.spec
+        role = TaskName.parse(key.task).role
+        runtime_server = runs_runtime_server(spec, role)
+        return StartTask(
+            key=key,
+            argv=task_argv(spec, role),
+            # The runtime server needs none of the job's files.
+            working_dir="." if runtime_server else spec.working_dir,
+            env=self.environment(key=key, gpus=gpus, tf_config=tf_config),
+            port=port,
+            gpus=gpus,
+            memory_limit=spec.replicas.of(role).memory_bytes,
+            code_sha256=spec.code.sha256 if spec.code is not None and not runtime_server else None,
+            # Every task runs in it, the runtime's own servers too: the image brings the
+            # TensorFlow they serve variables with.
+            # `environment: {}` is the agent's own interpreter, as no environment is.
+            environment=spec.environment if spec.environment != RuntimeEnvironment() else None,
+            warm_start=spec.warm_start,
+        )

@@ -20,7 +20,7 @@ from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus
 from backend.scheduling.hub import AgentHub
-from backend.scheduling.launch import start_message
+from backend.scheduling.launch import JobLaunch
 from backend.scheduling.placement import HostCapacity
 from backend.scheduling.transaction import Outbox
 
@@ -36,7 +36,8 @@ class NativeAgents:
         self.hub = hub
         self._sent: dict[tuple[str, TaskKey], float] = {}
         self._prune_above = 1024
-        self._last_spec: tuple[int, object, JobSpec] | None = None
+        # The last job's launch, by its id, its spec object and the checkpoint root.
+        self._last_launch: tuple[int, object, Path, JobLaunch] | None = None
         self._resolved_checkpoints: tuple[tuple[object, object], Path] | None = None
 
     @property
@@ -70,15 +71,31 @@ class NativeAgents:
 
     def start_message(self, job: Job, task: Task) -> StartTask:
         assert task.port is not None and task.tf_config is not None
-        return start_message(
-            spec=self._spec(job),
-            key=task.key,
-            port=task.port,
-            gpus=list(task.gpu_indices),
-            tf_config=task.tf_config,
-            task_token=self.tokens.task_token(job.id),
-            checkpoint_root=self._checkpoints(),
+        return self._launch(job).start_message(
+            key=task.key, port=task.port, gpus=list(task.gpu_indices), tf_config=task.tf_config
         )
+
+    def _launch(self, job: Job) -> JobLaunch:
+        """What the job's start messages share, once for all its tasks (its spec validated,
+        its token signed). A job's spec never changes."""
+        checkpoints = self._checkpoints()
+        cached = self._last_launch
+        # The same spec object, not merely an equal one: specs are not compared.
+        if (
+            cached is not None
+            and cached[0] == job.id
+            and cached[1] is job.spec
+            and cached[2] == checkpoints
+        ):
+            return cached[3]
+        launch = JobLaunch.of(
+            spec=JobSpec.model_validate(job.spec, strict=False),
+            job_id=job.id,
+            task_token=self.tokens.task_token(job.id),
+            checkpoint_root=checkpoints,
+        )
+        self._last_launch = (job.id, job.spec, checkpoints, launch)
+        return launch
 
     def _checkpoints(self) -> Path:
         """Settings.checkpoints, resolved once per configured value (resolving the path for
@@ -87,18 +104,6 @@ class NativeAgents:
         if self._resolved_checkpoints is None or self._resolved_checkpoints[0] != configured:
             self._resolved_checkpoints = (configured, self.settings.checkpoints)
         return self._resolved_checkpoints[1]
-
-    def _spec(self, job: Job) -> JobSpec:
-        """The job's validated spec, once for all its tasks' start messages (validating it per
-        task was a tenth of a pass placing a thousand jobs). A job's spec never changes."""
-        cached = self._last_spec
-        if cached is None or cached[0] != job.id or cached[1] is not job.spec:
-            cached = self._last_spec = (
-                job.id,
-                job.spec,
-                JobSpec.model_validate(job.spec, strict=False),
-            )
-        return cached[2]
 
     def stop(
         self, outbox: Outbox, host: str, key: TaskKey, reason: str, *, force: bool = False

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from backend.scheduling.placement import (
     HostCapacity,
+    Ranking,
     Slot,
     TaskNeed,
     Unplaceable,
@@ -116,6 +117,41 @@ def test_looking_only_at_the_shortlist_places_as_looking_at_every_host(
         assert [(h.free_gpus, h.used_ports) for h in shortlisted] == [
             (h.free_gpus, h.used_ports) for h in everywhere
         ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    free=st.lists(st.integers(0, 4), min_size=1, max_size=12),
+    port_counts=st.lists(st.integers(1, 3), min_size=12, max_size=12),
+    jobs=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=5), min_size=1, max_size=6),
+)
+def test_a_ranking_kept_across_jobs_places_as_ranking_afresh_for_each(
+    free: list[int], port_counts: list[int], jobs: list[list[int]]
+) -> None:
+    """A pass ranks its hosts once and place() keeps the ranking up to date: job after job
+    (placed or not), the same slots as without one, and the same free GPUs in total."""
+
+    def cluster() -> list[HostCapacity]:
+        return [
+            host(i + 1, gpus, ports=(100, 100 + port_counts[i] - 1), used={100} if i % 2 else None)
+            for i, gpus in enumerate(free)
+        ]
+
+    ranked, afresh = cluster(), cluster()
+    ranking = Ranking(ranked)
+    for gpus_needed in jobs:
+        needs = [TaskNeed("worker", i, g) for i, g in enumerate(gpus_needed)]
+        assert place(needs, ranked, ranking=ranking) == place(needs, afresh)
+        assert ranking.free_gpus == sum(len(h.free_gpus) for h in afresh)
+        assert [(h.free_gpus, h.used_ports) for h in ranked] == [
+            (h.free_gpus, h.used_ports) for h in afresh
+        ]
+
+
+def test_a_ranking_leaves_out_hosts_without_a_free_port() -> None:
+    full = host(1, 4, ports=(100, 100), used={100})
+    ranking = Ranking([full, host(2, 1), host(3, 2), host(4, 2)])
+    assert [h.host_id for h in ranking.preferred()] == [3, 4, 2]
 
 
 def test_more_gpus_than_are_free_anywhere_is_refused_saying_so_with_nothing_taken() -> None:

@@ -10,7 +10,7 @@ import pytest
 from agents.protocol import TaskKey
 from backend.errors import InvalidInput, UnsupportedMediaType
 from backend.jobs.spec import parse_spec_document, validate_spec
-from backend.scheduling.launch import start_message
+from backend.scheduling.launch import JobLaunch
 from tests.support.factories import make_spec
 
 
@@ -236,14 +236,9 @@ def test_a_tasks_memory_limit_travels_in_bytes_in_its_start_message(tmp_path: Pa
     spec = validate_spec(make_spec("mirrored", replicas={"chief": {"count": 1, "memory": "4GiB"}}))
     assert spec.replicas.chief.memory_bytes == 4 * 1024**3
     assert spec.replicas.worker.memory_bytes is None
-    start = start_message(
-        spec=spec,
-        key=TaskKey(job_id=1, task="chief:0", attempt=0),
-        port=20000,
-        gpus=[],
-        tf_config={},
-        task_token="t",
-        checkpoint_root=tmp_path,
+    launch = JobLaunch.of(spec=spec, job_id=1, task_token="t", checkpoint_root=tmp_path)
+    start = launch.start_message(
+        key=TaskKey(job_id=1, task="chief:0", attempt=0), port=20000, gpus=[], tf_config={}
     )
     assert start.memory_limit == 4 * 1024**3
 

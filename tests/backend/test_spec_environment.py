@@ -12,7 +12,7 @@ from agents.protocol import StartTask, TaskKey
 from agents.runtime_environment import RuntimeEnvironment
 from backend.errors import InvalidInput
 from backend.jobs.spec import JobSpec, validate_spec
-from backend.scheduling.launch import start_message
+from backend.scheduling.launch import JobLaunch
 from tests.conftest import Api
 from tests.support.factories import make_spec
 
@@ -114,15 +114,10 @@ def _starts(spec: JobSpec, tmp_path: Path) -> dict[str, StartTask]:
         for role in ("chief", "worker", "ps", "evaluator")
         for index in range(spec.replicas.of(role).count)  # type: ignore[arg-type]
     ]
+    launch = JobLaunch.of(spec=spec, job_id=7, task_token="t", checkpoint_root=tmp_path)
     return {
-        task: start_message(
-            spec=spec,
-            key=TaskKey(job_id=7, task=task, attempt=0),
-            port=20000,
-            gpus=[],
-            tf_config={},
-            task_token="t",
-            checkpoint_root=tmp_path,
+        task: launch.start_message(
+            key=TaskKey(job_id=7, task=task, attempt=0), port=20000, gpus=[], tf_config={}
         )
         for task in tasks
     }

@@ -14,7 +14,7 @@ from agents.options import ExportOptions, StrategyOptions
 from agents.protocol import TaskKey
 from backend.errors import InvalidInput
 from backend.jobs.spec import validate_spec
-from backend.scheduling.launch import task_environment
+from backend.scheduling.launch import JobLaunch
 from tests.support.factories import make_spec
 
 
@@ -25,14 +25,16 @@ def issues(document: dict[str, Any]) -> dict[str, str]:
 
 
 def environment(document: dict[str, Any]) -> TaskEnvironment:
-    return task_environment(
-        spec=validate_spec(document),
+    """The task variables a chief's start message carries, as the task reads them."""
+    launch = JobLaunch.of(
+        spec=validate_spec(document), job_id=7, task_token="t", checkpoint_root=Path("/ckpts")
+    )
+    env = launch.environment(
         key=TaskKey(job_id=7, task="chief:0", attempt=0),
         gpus=[],
         tf_config={"cluster": {}, "task": {"type": "chief", "index": 0}},
-        task_token="t",
-        checkpoint_root=Path("/ckpts"),
     )
+    return TaskEnvironment.from_env(env)
 
 
 # --- export -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.jobs.tfconfig import tf_config
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.native import RESEND_SECONDS
-from backend.scheduling.placement import HostCapacity, TaskNeed, Unplaceable, place
+from backend.scheduling.placement import HostCapacity, Ranking, TaskNeed, Unplaceable, place
 from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
 from backend.slurm.script import allocation_shape
@@ -70,13 +70,14 @@ class PendingJobs:
         # The hosts any job may use (not started for a Slurm job's allocation), once per pass
         # rather than once per job: a thousand look-ups for each job placed.
         unbound = [c for c in capacity if tx.backend.bound_job(c.name) is None]
+        ranking = Ranking(unbound)
         quotas = await GpuQuotas.load(session)
         placed = 0
         async for job in _pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
                 self.wake()  # the rest in the next pass, after this one has committed
                 break
-            if await self._place(tx, job, capacity, unbound, quotas):
+            if await self._place(tx, job, capacity, unbound, ranking, quotas):
                 placed += 1
             else:
                 passed_over.add(job.id)
@@ -97,6 +98,7 @@ class PendingJobs:
         job: Job,
         capacity: list[HostCapacity],
         unbound: list[HostCapacity],
+        ranking: Ranking,
         quotas: GpuQuotas,
     ) -> bool:
         """Place every waiting task of the job, or none; says why not in the job's reason."""
@@ -126,7 +128,9 @@ class PendingJobs:
             job.reason = refused
             return False  # passed over like a job that does not fit
         # Jobs that do not fit are passed over, so smaller ones behind them can run.
-        slots = place(needs, usable, image=spec.image)
+        slots = place(
+            needs, usable, image=spec.image, ranking=ranking if usable is unbound else None
+        )
         if isinstance(slots, Unplaceable):
             job.reason = slots.reason
             return False

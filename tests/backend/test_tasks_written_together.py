@@ -1,0 +1,169 @@
+"""Tasks changed in one flush are written in one UPDATE per set of changed columns
+(backend.jobs.task_writes), with their jobs' version check and the mapper's listeners as when
+the flush writes them one by one, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm.exc import StaleDataError
+
+from backend.db import create_engine, session_factory
+from backend.hosts.models import Host
+from backend.jobs import service
+from backend.jobs.lifecycle import transition_job
+from backend.jobs.models import Job, Task
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import JobStatus, TaskStatus
+from backend.schema import upgrade_database
+from tests.conftest import make_settings
+from tests.support.factories import make_host, make_spec
+
+STARTED = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def engine(database_url: str, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(make_settings(database_url, tmp_path / "data").resolved_database_url)
+    await upgrade_database(engine)
+    yield engine
+    await engine.dispose()
+
+
+def count_task_updates(engine: AsyncEngine) -> Counter[str]:
+    updates: Counter[str] = Counter()
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("UPDATE tasks"):
+            updates["tasks"] += 1
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    return updates
+
+
+async def stored(engine: AsyncEngine, jobs: int) -> tuple[list[int], int]:
+    """Parameter-server jobs (four tasks each) and a host to place them on."""
+    async with session_factory(engine)() as session:
+        spec = JobSpec.model_validate(make_spec("parameter_server"))
+        ids = [(await service.create_job(session=session, spec=spec)).id for _ in range(jobs)]
+        host = await make_host(session, "host-a", gpus=8)
+        await session.commit()
+        return ids, host.id
+
+
+async def tasks_of(session: AsyncSession, ids: list[int]) -> list[Task]:
+    return list(await session.scalars(select(Task).where(Task.job_id.in_(ids)).order_by(Task.id)))
+
+
+def place(tasks: list[Task], host_id: int) -> None:
+    """What a placement pass writes: every column kind (JSON, enum, integer, time)."""
+    for number, task in enumerate(tasks):
+        task.host_id, task.port, task.gpu_indices = host_id, 41000 + number, [number % 8]
+        task.tf_config = {"cluster": {"worker": [f"10.0.0.1:{41000 + number}"]}, "n": number}
+        task.status, task.pid, task.exit_code = TaskStatus.scheduled, None, None
+        task.started_at = STARTED
+
+
+async def test_tasks_changed_alike_take_one_update_and_read_back_as_written(
+    engine: AsyncEngine,
+) -> None:
+    ids, host_id = await stored(engine, 2)
+    updates = count_task_updates(engine)
+    async with session_factory(engine)() as session:
+        place(await tasks_of(session, ids), host_id)
+        await session.commit()
+    assert updates["tasks"] == 1
+    async with session_factory(engine)() as session:
+        tasks = await tasks_of(session, ids)
+        assert len(tasks) == 8
+        for number, task in enumerate(tasks):
+            assert (task.host_id, task.port, task.gpu_indices) == (
+                host_id,
+                41000 + number,
+                [number % 8],
+            )
+            assert task.tf_config == {
+                "cluster": {"worker": [f"10.0.0.1:{41000 + number}"]},
+                "n": number,
+            }
+            assert (task.status, task.pid, task.started_at) == (TaskStatus.scheduled, None, STARTED)
+
+
+async def test_each_set_of_changed_columns_is_one_update_and_relationships_stay_with_the_orm(
+    engine: AsyncEngine,
+) -> None:
+    ids, host_id = await stored(engine, 2)
+    updates = count_task_updates(engine)
+    async with session_factory(engine)() as session:
+        tasks = await tasks_of(session, ids)
+        for task in tasks[:3]:
+            task.status = TaskStatus.stopped
+        for task in tasks[3:6]:
+            task.status, task.exit_code = TaskStatus.failed, 3
+        tasks[6].host = await session.get_one(Host, host_id)  # a relationship: the ORM's own
+        await session.commit()
+    assert updates["tasks"] == 3  # two shapes together, the relationship's task alone
+    async with session_factory(engine)() as session:
+        tasks = await tasks_of(session, ids)
+        assert [t.status for t in tasks[:6]] == [TaskStatus.stopped] * 3 + [TaskStatus.failed] * 3
+        assert [t.exit_code for t in tasks[3:6]] == [3, 3, 3]
+        assert tasks[6].host_id == host_id and tasks[7].host_id is None
+
+
+async def test_tasks_written_together_bump_their_jobs_versions(engine: AsyncEngine) -> None:
+    ids, host_id = await stored(engine, 2)
+    async with session_factory(engine)() as session:
+        versions = [(await session.get_one(Job, i)).version for i in ids]
+    async with session_factory(engine)() as session:
+        place(await tasks_of(session, ids), host_id)
+        await session.commit()
+    async with session_factory(engine)() as session:
+        assert [(await session.get_one(Job, i)).version for i in ids] == [v + 1 for v in versions]
+
+
+async def test_tasks_changed_from_a_stale_read_of_their_job_fail_and_nothing_is_written(
+    engine: AsyncEngine,
+) -> None:
+    ids, host_id = await stored(engine, 2)
+    async with session_factory(engine)() as session, session_factory(engine)() as other:
+        tasks = await tasks_of(session, ids)
+        # Read with the tasks and held, as a pass holds them (the session's map is weak).
+        jobs = [await session.get_one(Job, job_id) for job_id in ids]
+        # Another writer cancels the second job after this session read it.
+        elsewhere = await other.get_one(Job, ids[1])
+        await transition_job(session=other, job=elsewhere, to=JobStatus.cancelled, reason="x")
+        await other.commit()
+        place(tasks, host_id)
+        with pytest.raises(StaleDataError, match=rf"jobs \[{ids[1]}\] changed"):
+            await session.commit()
+        assert len(jobs) == 2
+    async with session_factory(engine)() as session:
+        assert {t.host_id for t in await tasks_of(session, ids)} == {None}
+
+
+async def test_the_mappers_update_listeners_hear_of_each_task_as_written(
+    engine: AsyncEngine,
+) -> None:
+    """The cluster board learns of task changes from after_update (backend.hosts.changes)."""
+    ids, host_id = await stored(engine, 2)
+    heard: list[tuple[int, int | None, TaskStatus]] = []
+
+    def listener(_mapper: Any, _connection: Any, task: Task) -> None:
+        heard.append((task.id, task.port, task.status))
+
+    event.listen(Task, "after_update", listener)
+    try:
+        async with session_factory(engine)() as session:
+            tasks = await tasks_of(session, ids)
+            place(tasks, host_id)
+            await session.commit()
+    finally:
+        event.remove(Task, "after_update", listener)
+    assert sorted(heard) == [(t.id, t.port, TaskStatus.scheduled) for t in tasks]
