@@ -3,9 +3,13 @@ difference becomes stops, starts and exits; a host that agrees is settled."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import event
+
 from agents.protocol import RunningTask, StartTask, StopTask, TaskKey
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.scheduling.reconcilers.running_tasks import RunningTasks
+from backend.scheduling.reconcilers.running_tasks import RunningTasks, agreeing
 from tests.backend.reconcilers.conftest import World
 
 
@@ -85,3 +89,55 @@ async def test_tasks_of_an_ended_job_not_running_any_more_are_stopped(world: Wor
     await world.set_job_status(job.id, JobStatus.cancelled)
     await world.run(compare(world, "host-a", []))
     assert [t.status for t in (await world.load(job.id)).tasks] == [TaskStatus.stopped]
+
+
+async def test_agreement_is_exactly_every_attempt_placed_there_running_and_nothing_else(
+    world: World,
+) -> None:
+    a, b = await world.host("host-a"), await world.host("host-b")
+    job = await world.running("mirrored")
+    assert job.tasks[0].host_id == a.id
+    key = job.tasks[0].key
+    waiting = await world.placed("mirrored")  # on host-b, not started yet
+    assert waiting.tasks[0].host_id == b.id
+    stray = TaskKey(job_id=4242, task="worker:0", attempt=0)
+    later = TaskKey(job_id=key.job_id, task=key.task, attempt=key.attempt + 1)
+    cases = {
+        "exactly it": ([key], {a.id}),
+        "nothing": ([], set()),
+        "it and a stray": ([key, stray], set()),
+        "another attempt": ([later], set()),
+    }
+    for name, (keys, expected) in cases.items():
+        report = {a.id: [RunningTask(key=k, pid=1) for k in keys]}
+        async with world.sessions() as session:
+            assert await agreeing(session, report) == expected, name
+    # An attempt placed but not running yet, and one of a job that has ended: not settled
+    # from rows alone (the full comparison applies the start, or stops it).
+    await world.set_job_status(job.id, JobStatus.cancelled)
+    report = {
+        a.id: [RunningTask(key=key, pid=1)],
+        b.id: [RunningTask(key=waiting.tasks[0].key, pid=2)],
+    }
+    async with world.sessions() as session:
+        assert await agreeing(session, report) == set()
+
+
+async def test_a_host_in_agreement_is_settled_without_loading_its_tasks(world: World) -> None:
+    await world.host("host-a")
+    job = await world.running("parameter_server")
+    report = [RunningTask(key=t.key, pid=100 + n) for n, t in enumerate(job.tasks)]
+    loads: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "tasks.tf_config" in statement:  # a full task row, as the ORM loads it
+            loads.append(statement)
+
+    engine = world.sessions.kw["bind"].sync_engine
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        outbox = await world.run(compare(world, "host-a", report))
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    assert outbox.messages == [] and "host-a" in world.view.settled
+    assert loads == []
