@@ -379,7 +379,10 @@ def scale_section(scale: dict[str, Any]) -> list[str]:
         ):
             profile = run.get(key) or {}
             if profile.get("busy_samples"):
-                lines += ["", f"{what} with {where}, {_profile_text(profile)}"]
+                lines += [
+                    "",
+                    f"{what} with {where}{_sampled_text(run, key)}, {_profile_text(profile)}",
+                ]
     return [*lines, ""]
 
 
@@ -395,6 +398,18 @@ def _measured_on(run: dict[str, Any]) -> str:
 def _loads(run: dict[str, Any]) -> str:
     loads = run.get("load_average")
     return f"{loads[0]:.1f} → {loads[1]:.1f}" if loads else "not recorded"
+
+
+def _sampled_text(run: dict[str, Any], key: str) -> str:
+    """Where the placement profile came from: a second run of the point, sampled."""
+    sampled = run.get("sampled_run")
+    if key != "placing_profile" or not sampled or "place_and_start_seconds" not in sampled:
+        return ""
+    return (
+        f" (in a second run of the same point, sampled {run['placing_profile_rate']} times a"
+        f" second, where every job ran after {sampled['place_and_start_seconds']:.1f} s against"
+        f" {run['place_and_start_seconds']:.1f} s unsampled)"
+    )
 
 
 def _profile_text(profile: dict[str, Any]) -> str:

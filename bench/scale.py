@@ -17,7 +17,10 @@ every one is running: the time to place A queued jobs. With all of them running 
 heartbeating, the benchmark measures the latency (p50/p99) of `GET /jobs`, `GET /cluster`, `GET
 /jobs/{id}` and `POST /jobs` (a job that waits: the cluster is full), the server's CPU (cores)
 over 10 s of heartbeats alone, before those requests (after the 10 s in which the controller
-confirms the last starts, also measured), and its resident memory after them.
+confirms the last starts, also measured), and its resident memory after them. Every figure
+comes from a run without a profiler; the placement window is sampled with py-spy in a second
+run of the same point, which ends once every job runs (its own times are kept beside the
+profile: the sampler takes CPU from the same two cores).
 Results go to bench/results/scale.json; docs/benchmarks.md renders them with a plot of how each
 grows with the agent count, a line per database.
 """
@@ -73,10 +76,10 @@ from bench.harness import (
 GPUS_PER_AGENT = 8
 AGENT_PROCESSES = 4
 SUBMITTERS = 8  # jobs submitted at a time
-# py-spy's samples per second of the server while it places: the sampling takes CPU from the
-# same two cores, so the placement window is measured more slowly the higher this is (at 200
-# a second, all running ~2.5 s later at 1,000 agents than unsampled; 50 still gives a profile).
-PLACING_PROFILE_RATE = 50
+# py-spy's samples per second of the server while it places, in a run of its own: the sampling
+# takes CPU from the same two cores (at 200 a second, every job ran ~2.5 s later at 1,000
+# agents than unsampled; at 50, about a second).
+PLACING_PROFILE_RATE = 100
 JOB: dict[str, Any] = {
     "name": "scale",
     "strategy": "parameter_server",
@@ -319,11 +322,13 @@ def measure(
     database_url: str | None = None,
     profiles: Path = RESULTS / "profiles",
     placing_rate: int = PLACING_PROFILE_RATE,
+    placing_only: bool = False,
 ) -> dict[str, Any]:
     """One run: a fresh server on `database_url` (None: SQLite) and `agents` agents; its
-    samples and garbage collections are written under `profiles`."""
+    samples and garbage collections are written under `profiles`. `placing_only`: the run
+    ends once every job runs (a run to sample the placement window in)."""
     database = "postgresql" if database_url else "sqlite"
-    gc_log = profiles / f"scale-{database}-{agents}-gc.txt"
+    gc_log = profiles / f"scale-{database}-{agents}-gc{'-placing' if placing_only else ''}.txt"
     gc_log.parent.mkdir(parents=True, exist_ok=True)
     gc_log.unlink(missing_ok=True)
     probe = {
@@ -334,10 +339,12 @@ def measure(
     provenance = {"measured_on": measured_on()}
     with strata_server(database_url, extra_env=probe) as server:
         try:
-            measured = _measure(server, agents, requests, place_timeout, profiles, placing_rate)
+            measured = _measure(
+                server, agents, requests, place_timeout, profiles, placing_rate, placing_only
+            )
             loads = {"load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)]}
             result = {"database": database, **measured, **loads, **provenance}
-            if "failed" not in result:
+            if "failed" not in result and not placing_only:
                 result["full_collections"] = full_collections(gc_log, result.pop("_window"))
             return result
         except (TimeoutError, httpx.TimeoutException) as exc:
@@ -361,6 +368,7 @@ def _measure(
     place_timeout: float,
     profiles: Path,
     placing_rate: int,
+    placing_only: bool = False,
 ) -> dict[str, Any]:
     url = server.ws_url + "/agents/connect"
     groups = [list(range(agents))[i::AGENT_PROCESSES] for i in range(AGENT_PROCESSES)]
@@ -407,6 +415,16 @@ def _measure(
             f"after {placed:.1f}s",
             flush=True,
         )
+        if placing_only:
+            return {
+                "agents": agents,
+                "submit_seconds": round(submitted, 2),
+                "place_and_start_seconds": round(placed, 2),
+                "placing_profile": placing_profile,
+                "placing_lock_held_seconds": held,
+                "placing_passes": placing_passes,
+                "_window": [],
+            }
 
         pid = server.process.pid
         # First the controller confirms the last starts: a host sent a start is compared
@@ -508,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         "--placing-profile-rate",
         type=int,
         default=PLACING_PROFILE_RATE,
-        help="py-spy samples/s while jobs are placed (0: not sampled, the window unslowed)",
+        help="py-spy samples/s in a second run that samples the placement (0: no such run)",
     )
     parser.add_argument(
         "--keep",
@@ -535,15 +553,38 @@ def main(argv: list[str] | None = None) -> int:
             for count in counts:
                 print(f"{database}: {count} simulated agents", flush=True)
                 url = stack.enter_context(postgres_database(admin_url)) if admin_url else None
-                results["runs"].append(
-                    measure(
+                # Every figure from a run without a sampler: py-spy's own work took CPU from
+                # the same two cores, and every job ran a second or so later with it.
+                run = measure(count, requests, args.place_timeout, url, placing_rate=0)
+                if args.placing_profile_rate and "failed" not in run:
+                    print(
+                        f"{database}: {count} agents again, py-spy sampling the placement",
+                        flush=True,
+                    )
+                    url = stack.enter_context(postgres_database(admin_url)) if admin_url else None
+                    sampled = measure(
                         count,
                         requests,
                         args.place_timeout,
                         url,
                         placing_rate=args.placing_profile_rate,
+                        placing_only=True,
                     )
-                )
+                    run["placing_profile_rate"] = args.placing_profile_rate
+                    if "failed" in sampled:
+                        run["sampled_run"] = {"failed": sampled["failed"]}
+                    else:
+                        run["placing_profile"] = sampled["placing_profile"]
+                        run["sampled_run"] = {
+                            key: sampled[key]
+                            for key in (
+                                "submit_seconds",
+                                "place_and_start_seconds",
+                                "placing_lock_held_seconds",
+                                "placing_passes",
+                            )
+                        }
+                results["runs"].append(run)
     results["runs"].sort(key=lambda run: (DATABASES.index(run["database"]), run["agents"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
