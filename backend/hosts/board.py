@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 # Hosts encoded again at once beyond which the work goes to a worker thread, for requests
 # to go on being served beside it.
 ENCODED_IN_LOOP = 200
+# Rows written (tasks and hosts) since the last keep-up past which it waits for a quieter
+# interval: while a thousand jobs start, every host changes every second or so, and encoding
+# each again every second was a twentieth of the server's CPU, for nobody in between.
+BURST_ROWS = 500
 # Job names kept for tasks written later; past this many only those of the tasks shown are
 # kept (a task of a job the board does not know has its host read again).
 JOB_NAMES_KEPT = 100_000
@@ -114,12 +118,14 @@ class ClusterBoard:
         self._job_names: dict[int, str] = {}
         self._pending = ClusterChanges()
         self._lock = asyncio.Lock()
+        self._rows_since_kept_up = 0  # rows written since the last keep_up call
 
     def changed(self, changes: ClusterChanges) -> None:
         """Told after a transaction commits (backend.hosts.changes)."""
         if self._parts is None:
             return  # never read yet: the first read reads everything (and nothing piles up)
         self._pending.merge(changes)
+        self._rows_since_kept_up += len(changes.tasks) + len(changes.hosts)
 
     async def body(self, sessions: Callable[[], AsyncSession], usage: UsageBoard) -> bytes:
         """The cluster view as of now, encoded (ClusterRead)."""
@@ -144,10 +150,14 @@ class ClusterBoard:
 
     async def keep_up(self, sessions: Callable[[], AsyncSession], usage: UsageBoard) -> None:
         """Apply what was written since, and encode the hosts it changed. Nothing before the
-        view is first asked for; heartbeat ages and usage samples wait for a request."""
+        view is first asked for, nor while more than BURST_ROWS rows were written since the
+        last call; heartbeat ages and usage samples wait for a request."""
         pending = self._pending
         if self._parts is None or not (pending.tasks or pending.hosts or pending.reread_tasks):
             return
+        written, self._rows_since_kept_up = self._rows_since_kept_up, 0
+        if written > BURST_ROWS:
+            return  # a burst goes on: caught up after it (or by a request meanwhile)
         async with self._lock:
             async with sessions() as session:
                 await self._catch_up(session, ages=False)

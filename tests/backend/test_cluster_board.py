@@ -13,6 +13,7 @@ from sqlalchemy.orm import selectinload
 
 from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
 from backend.config import Settings
+from backend.hosts import board as board_module
 from backend.hosts import service
 from backend.hosts.board import ClusterBoard, HostPart
 from backend.hosts.changes import ClusterChanges
@@ -378,3 +379,36 @@ async def test_nothing_piles_up_for_a_view_never_asked_for(api: Api) -> None:
     assert board._pending == ClusterChanges()  # the first read reads everything anyway
     view = await _same_as_read_afresh(api)
     assert view["totals"]["live_tasks"] == 1
+
+
+async def test_keeping_up_waits_for_a_burst_of_writes_to_pass(api: Api, monkeypatch: Any) -> None:
+    """More rows written between two keep-ups than BURST_ROWS: nothing is encoded (each host
+    would change again a second later); the first quieter interval catches up with all."""
+    monkeypatch.setattr(board_module, "BURST_ROWS", 1)
+    job_id = await _hosts_and_a_job(api, {"host-a": 2, "host-b": 2})
+    board: ClusterBoard = api.app.state.cluster_board  # type: ignore[attr-defined]
+    usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
+    await _same_as_read_afresh(api)  # the first read: the board keeps up from here on
+    encoded: list[str] = []
+    encode = HostPart.encode
+
+    def counted(part: HostPart, *args: Any) -> None:
+        encoded.append(part.row.name)
+        encode(part, *args)
+
+    monkeypatch.setattr(HostPart, "encode", counted)
+    running = TaskStatus.running
+    await _write_tasks(
+        api,
+        job_id,
+        **{
+            "chief:0": {"host": "host-a", "port": 42000, "status": running},
+            "worker:0": {"host": "host-b", "port": 42000, "status": running, "gpu_indices": [1]},
+        },
+    )
+    await board.keep_up(api.app.state.sessions, usage)  # type: ignore[attr-defined]
+    assert encoded == []  # two rows written: a burst, at one row
+    await board.keep_up(api.app.state.sessions, usage)  # type: ignore[attr-defined]
+    assert sorted(encoded) == ["host-a", "host-b"]  # nothing written since: caught up
+    view = await _same_as_read_afresh(api)
+    assert [[t["task"] for t in h["tasks"]] for h in view["hosts"]] == [["chief:0"], ["worker:0"]]
