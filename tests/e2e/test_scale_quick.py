@@ -47,3 +47,14 @@ def test_a_hundred_agents_run_a_hundred_jobs(
     assert held["request"] > 0 and held["pass"] > 0, held
     assert sum(held.values()) <= result["place_and_start_seconds"] + 1, held
     assert len(result["load_average"]) == 2  # the page says how shared the machine was
+
+
+def test_the_run_that_samples_placement_ends_once_every_job_runs(tmp_path: Path) -> None:
+    """The second run of a point (bench.scale's main): py-spy samples the placement window,
+    and the run ends there, with the profile and its own times."""
+    result = measure(AGENTS, requests=20, place_timeout=300, profiles=tmp_path, placing_only=True)
+    assert "failed" not in result, result.get("failed")
+    assert result["place_and_start_seconds"] >= result["submit_seconds"] > 0
+    assert result["placing_profile"]["busy_samples"] > 0
+    assert (tmp_path / f"scale-sqlite-{AGENTS}-placing.txt").stat().st_size > 0
+    assert "get_jobs" not in result and "full_collections" not in result  # ended there
