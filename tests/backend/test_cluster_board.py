@@ -314,6 +314,19 @@ async def test_what_a_rollback_undid_is_not_shown(api: Api) -> None:
     assert [t["task"] for t in view["hosts"][0]["tasks"]] == ["chief:0", "worker:1"]
 
 
+def _encoded_hosts(monkeypatch: Any) -> list[str]:
+    """From now on, the name of each host whose part is encoded, as it is."""
+    encoded: list[str] = []
+    encode = HostPart.encode
+
+    def counted(part: HostPart, *args: Any) -> None:
+        encoded.append(part.row.name)
+        encode(part, *args)
+
+    monkeypatch.setattr(HostPart, "encode", counted)
+    return encoded
+
+
 async def test_keeping_up_between_requests_leaves_a_request_nothing_to_encode(
     api: Api, monkeypatch: Any
 ) -> None:
@@ -333,14 +346,7 @@ async def test_keeping_up_between_requests_leaves_a_request_nothing_to_encode(
     )
     await board.keep_up(api.app.state.sessions, usage)  # type: ignore[attr-defined]
 
-    encoded: list[str] = []
-    encode = HostPart.encode
-
-    def counted(part: HostPart, *args: Any) -> None:
-        encoded.append(part.row.name)
-        encode(part, *args)
-
-    monkeypatch.setattr(HostPart, "encode", counted)
+    encoded = _encoded_hosts(monkeypatch)
     view = await _same_as_read_afresh(api)
     assert encoded == []
     assert [[t["task"] for t in h["tasks"]] for h in view["hosts"]] == [["chief:0"], ["worker:0"]]
@@ -389,14 +395,7 @@ async def test_keeping_up_waits_for_a_burst_of_writes_to_pass(api: Api, monkeypa
     board: ClusterBoard = api.app.state.cluster_board  # type: ignore[attr-defined]
     usage: UsageBoard = api.app.state.usage  # type: ignore[attr-defined]
     await _same_as_read_afresh(api)  # the first read: the board keeps up from here on
-    encoded: list[str] = []
-    encode = HostPart.encode
-
-    def counted(part: HostPart, *args: Any) -> None:
-        encoded.append(part.row.name)
-        encode(part, *args)
-
-    monkeypatch.setattr(HostPart, "encode", counted)
+    encoded = _encoded_hosts(monkeypatch)
     running = TaskStatus.running
     await _write_tasks(
         api,

@@ -3,44 +3,19 @@ time (backend.jobs.versioning), on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
-
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
-from backend.db import create_engine, session_factory
+from backend.db import session_factory
 from backend.jobs import service
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.schema import upgrade_database
-from tests.conftest import make_settings
+from tests.backend.conftest import count_updates
 from tests.support.factories import make_spec
-
-
-@pytest.fixture
-async def engine(database_url: str, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(make_settings(database_url, tmp_path / "data").resolved_database_url)
-    await upgrade_database(engine)
-    yield engine
-    await engine.dispose()
-
-
-def count_job_updates(engine: AsyncEngine) -> Counter[str]:
-    updates: Counter[str] = Counter()
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("UPDATE jobs"):
-            updates["jobs"] += 1
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    return updates
 
 
 async def stored_jobs(engine: AsyncEngine, count: int) -> list[int]:
@@ -60,7 +35,7 @@ async def test_jobs_changed_together_take_one_update_and_each_its_version(
     engine: AsyncEngine,
 ) -> None:
     ids = await stored_jobs(engine, 3)
-    updates = count_job_updates(engine)
+    updates = count_updates(engine, "jobs")
     async with session_factory(engine)() as session:
         jobs = await loaded(session, ids)
         versions = [job.version for job in jobs]
@@ -80,7 +55,7 @@ async def test_a_task_change_bumps_its_jobs_version_in_the_same_update(
     engine: AsyncEngine,
 ) -> None:
     ids = await stored_jobs(engine, 2)
-    updates = count_job_updates(engine)
+    updates = count_updates(engine, "jobs")
     async with session_factory(engine)() as session:
         jobs = await loaded(session, ids)
         versions = [job.version for job in jobs]
@@ -113,7 +88,7 @@ async def test_one_stale_job_fails_the_flush_and_nothing_is_written(engine: Asyn
 
 async def test_a_job_with_other_changes_is_written_by_itself(engine: AsyncEngine) -> None:
     ids = await stored_jobs(engine, 3)
-    updates = count_job_updates(engine)
+    updates = count_updates(engine, "jobs")
     async with session_factory(engine)() as session:
         jobs = await loaded(session, ids)
         for job in jobs:

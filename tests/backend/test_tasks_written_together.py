@@ -4,10 +4,7 @@ the flush writes them one by one, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,37 +12,17 @@ from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
-from backend.db import create_engine, session_factory
+from backend.db import session_factory
 from backend.hosts.models import Host
 from backend.jobs import service
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.schema import upgrade_database
-from tests.conftest import make_settings
+from tests.backend.conftest import count_updates
 from tests.support.factories import make_host, make_spec
 
 STARTED = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def engine(database_url: str, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(make_settings(database_url, tmp_path / "data").resolved_database_url)
-    await upgrade_database(engine)
-    yield engine
-    await engine.dispose()
-
-
-def count_task_updates(engine: AsyncEngine) -> Counter[str]:
-    updates: Counter[str] = Counter()
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.startswith("UPDATE tasks"):
-            updates["tasks"] += 1
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    return updates
 
 
 async def stored(engine: AsyncEngine, jobs: int) -> tuple[list[int], int]:
@@ -75,7 +52,7 @@ async def test_tasks_changed_alike_take_one_update_and_read_back_as_written(
     engine: AsyncEngine,
 ) -> None:
     ids, host_id = await stored(engine, 2)
-    updates = count_task_updates(engine)
+    updates = count_updates(engine, "tasks")
     async with session_factory(engine)() as session:
         place(await tasks_of(session, ids), host_id)
         await session.commit()
@@ -100,7 +77,7 @@ async def test_each_set_of_changed_columns_is_one_update_and_relationships_stay_
     engine: AsyncEngine,
 ) -> None:
     ids, host_id = await stored(engine, 2)
-    updates = count_task_updates(engine)
+    updates = count_updates(engine, "tasks")
     async with session_factory(engine)() as session:
         tasks = await tasks_of(session, ids)
         for task in tasks[:3]:
