@@ -118,14 +118,14 @@ class ClusterBoard:
         self._job_names: dict[int, str] = {}
         self._pending = ClusterChanges()
         self._lock = asyncio.Lock()
-        self._rows_since_kept_up = 0  # rows written since the last keep_up call
+        self._rows_written = 0  # since the last keep_up call or catch-up
 
     def changed(self, changes: ClusterChanges) -> None:
         """Told after a transaction commits (backend.hosts.changes)."""
         if self._parts is None:
             return  # never read yet: the first read reads everything (and nothing piles up)
         self._pending.merge(changes)
-        self._rows_since_kept_up += len(changes.tasks) + len(changes.hosts)
+        self._rows_written += len(changes.tasks) + len(changes.hosts)
 
     async def body(self, sessions: Callable[[], AsyncSession], usage: UsageBoard) -> bytes:
         """The cluster view as of now, encoded (ClusterRead)."""
@@ -155,7 +155,7 @@ class ClusterBoard:
         pending = self._pending
         if self._parts is None or not (pending.tasks or pending.hosts or pending.reread_tasks):
             return
-        written, self._rows_since_kept_up = self._rows_since_kept_up, 0
+        written, self._rows_written = self._rows_written, 0
         if written > BURST_ROWS:
             return  # a burst goes on: caught up after it (or by a request meanwhile)
         async with self._lock:
@@ -166,6 +166,7 @@ class ClusterBoard:
     async def _catch_up(self, session: AsyncSession, *, ages: bool = True) -> None:
         # Taken before reading: what commits while this reads is applied next time.
         pending, self._pending = self._pending, ClusterChanges()
+        self._rows_written = 0
         if not ages:  # left for the next request
             self._pending.heartbeats, pending.heartbeats = pending.heartbeats, False
         if self._parts is None:
