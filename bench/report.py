@@ -20,6 +20,7 @@ from bench.report_control import (
     scale_section,
 )
 from bench.report_launch import dominates_lines, launch_notes, launch_rows, launch_section
+from bench.report_warm import warm_throughput_rows, warm_throughput_section
 from bench.text import spread_text as _spread
 
 DOC = REPO / "docs" / "benchmarks.md"
@@ -599,13 +600,16 @@ def render(
     recovery: dict[str, Any] | None = None,
     scale: dict[str, Any] | None = None,
     launch: dict[str, Any] | None = None,
+    warm: dict[str, Any] | None = None,
 ) -> str:
     lines = [HEADER, *machine_section(pipeline, training), "## Summary", ""]
     rows = summary_rows(pipeline) if pipeline else []
     if training:
         rows.append(training_summary_row(training))
     if launch:
-        rows += launch_rows(launch)
+        rows += launch_rows(launch, warm_steps=warm is None)
+    if warm:
+        rows += warm_throughput_rows(warm)
     if recovery:
         rows += recovery_rows(recovery)
     if scale:
@@ -618,8 +622,10 @@ def render(
         lines += pg_paths_section(pg_paths) if pg_paths else []
         lines += latency_section(pipeline) + profile_section(pipeline)
     if launch:
-        lines += launch_section(launch) + launch_notes(launch)
+        lines += launch_section(launch) + launch_notes(launch, warm_steps=warm is None)
         lines += plot_lines("launch", "Launch latency and throughput")
+    if warm:
+        lines += warm_throughput_section(warm)
     if training:
         lines += training_section(training)
     if recovery:
@@ -646,6 +652,7 @@ def write() -> Path:
             recovery=_load("recovery"),
             scale=_load("scale"),
             launch=_load("launch"),
+            warm=_load("warm_throughput"),
         )
     )
     return DOC

@@ -40,8 +40,9 @@ def _ratio(values: dict[str, float]) -> str:
     return spread_text(values, digits=3)
 
 
-def launch_rows(launch: dict[str, Any]) -> list[list[str]]:
-    """Summary rows: per job, Strata's ratios to the hand-started processes and to Ray."""
+def launch_rows(launch: dict[str, Any], *, warm_steps: bool = True) -> list[list[str]]:
+    """Summary rows: per job, Strata's ratios to the hand-started processes and to Ray.
+    `warm_steps=False` leaves out warm ÷ cold steps/s (bench.warm_throughput measures it)."""
     rows = []
     for job, entry in launch["summary"].items():
         hand = entry.get("strata_vs_hand")
@@ -74,7 +75,7 @@ def launch_rows(launch: dict[str, Any]) -> list[list[str]]:
                 ]
             )
         cold = entry.get("strata_vs_strata_warm")
-        if cold:
+        if cold and warm_steps:
             # strata ÷ warm: invert for warm ÷ cold, the way the target reads.
             steps = 1 / cold["steps_ratio"]["median"]
             rows.append(
@@ -239,7 +240,7 @@ def _warm_steps_note(ratio: float, cold: dict[str, Any], warm: dict[str, Any]) -
     return f"{text} Steps/s ranged {spreads} over the runs."
 
 
-def launch_notes(launch: dict[str, Any]) -> list[str]:
+def launch_notes(launch: dict[str, Any], *, warm_steps: bool = True) -> list[str]:
     """Where the launch time goes, and by how much a missed target was missed."""
     floor = launch["tensorflow_import_s"]["median"]
     notes = ["### Where the time goes", ""]
@@ -266,7 +267,7 @@ def launch_notes(launch: dict[str, Any]) -> list[str]:
                 "cluster and tracing the first step."
             )
             cold = entry.get("strata_vs_strata_warm", {}).get("steps_ratio", {}).get("median")
-            if cold and 1 / cold < 0.98:
+            if warm_steps and cold and 1 / cold < 0.98:
                 notes.append(f"  {_warm_steps_note(1 / cold, strata, warm)}")
         ratios = entry.get("strata_vs_hand", {})
         launch_ratio = ratios.get("launch_ratio", {}).get("median")
