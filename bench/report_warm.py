@@ -29,20 +29,27 @@ def warm_throughput_rows(warm: dict[str, Any]) -> list[list[str]]:
 
 
 def warm_throughput_section(warm: dict[str, Any]) -> list[str]:
-    plan, conditions = warm["plan"], warm["conditions"]
+    plan, conditions, machine = warm["plan"], warm["conditions"], warm["machine"]
+    load = machine["load_average_at_start"]
     lines = [
         "## Training steps/s: warm starts against cold",
         "",
-        "`bench/warm_throughput.py`: the launch benchmark's Strata job (digits example, runtime",
-        "callbacks on), started cold (`warm_start: false`) and warm (2 warm processes per agent),",
+        "`bench/warm_throughput.py`: the launch benchmark's Strata job (digits example, runtime "
+        "callbacks on), started cold (`warm_start: false`) and warm (2 warm processes per agent), "
         "in pairs that alternate which runs first. Each run trains "
-        f"{warm['window_steps']:,} steps between its first",
-        f"and last epoch end ({plan['epochs']} epochs of {plan['steps_per_epoch']} steps); before "
-        "each, the pools are full again and the",
-        f"machine quiet (≤ {conditions['quiet_cores']} cores of other work). A pair in which "
-        f"other processes took more than {conditions['disturbed_cores']}",
+        f"{warm['window_steps']:,} steps between its first and last epoch end "
+        f"({plan['epochs']} epochs of {plan['steps_per_epoch']} steps); before each, the pools "
+        f"are full again and the machine quiet (≤ {conditions['quiet_cores']} cores of other "
+        f"work). A pair in which other processes took more than {conditions['disturbed_cores']} "
         f"cores is disturbed and made up for (at most {plan['extra']} more per job). Ratios are "
-        "taken pair by pair; median [min-max] of the undisturbed pairs.",
+        "taken pair by pair; median [min-max] of the undisturbed pairs. A single pair moves by "
+        "several percent either way on this machine with no other work seen beside it: the "
+        "median of the pairs is the figure, and how many pairs each side won says whether one "
+        "side is steadily ahead.",
+        "",
+        f"Ran {machine['date']} on {machine['nproc']} cores ({machine['cpu_model']}), load "
+        f"average at start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}; {warm['seconds']:.0f} s "
+        "in all.",
         "",
         "| Job | Pairs (disturbed) | Cold steps/s | Warm steps/s | Warm ÷ cold | Warm faster in | "
         "CPU ms per step, tasks cold → warm |",
