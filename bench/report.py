@@ -35,6 +35,7 @@ from `bench/results/*.json` (raw numbers) every time a benchmark runs. Reproduce
 .venv/bin/python -m bench.metrics_pipeline [--quick] [--profile]  # 4-8 min; --quick ~1 min
 .venv/bin/python -m bench.training_overhead [--quick] [--profile] # 9-12 min; --quick ~2 min
 .venv/bin/python -m bench.pg_insert_paths                         # ~30 s, a diagnostic
+.venv/bin/python -m bench.gpu_warm_devices                        # a check, on a GPU host
 .venv/bin/python -m bench.launch [--quick]                        # five ways to start each job
 .venv/bin/python -m bench.warm_throughput [--quick]               # ~16 min; --quick ~4 min
 .venv/bin/python -m bench.recovery [--quick]                      # ~15 min; --quick ~5 min
