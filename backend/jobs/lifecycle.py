@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
 
+from sqlalchemy import Table, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from backend.audit.service import ACTOR
 from backend.db import utcnow
 from backend.errors import Conflict
 from backend.jobs.events import EventKind
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.states import JobStatus, can_transition
+from backend.streams.events import publish_after_commit
 
 
 class IllegalTransition(Conflict):
@@ -76,3 +82,54 @@ async def record_event(
     if flush:
         await session.flush()
     return event
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event written by `record_events`: its row's values, without an ORM object."""
+
+    job_id: int
+    kind: str
+    message: str
+    task: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    at: datetime = field(default_factory=utcnow)
+    from_status: str | None = None
+    to_status: str | None = None
+    actor: str | None = None
+    id: int = 0  # the row's, once written
+
+
+async def record_events(
+    *, session: AsyncSession, events: Sequence[StoredEvent]
+) -> list[StoredEvent]:
+    """Record many events that change no status in one INSERT ... RETURNING: ten thousand
+    task starts through the ORM took twice as long. They name the session's actor (as a
+    flush would, audit.name_actor) and are published once the session commits, as flushed
+    ones are."""
+    if not events:
+        return []
+    actor = session.info.get(ACTOR)
+    rows = [
+        {
+            "job_id": e.job_id,
+            "at": e.at,
+            "kind": e.kind,
+            "task": e.task,
+            "from_status": e.from_status,
+            "to_status": e.to_status,
+            "message": e.message,
+            "data": e.data,
+            "actor": e.actor if e.actor is not None else actor,
+        }
+        for e in events
+    ]
+    table = cast(Table, JobEvent.__table__)
+    ids = await session.scalars(
+        insert(table).returning(table.c.id, sort_by_parameter_order=True), rows
+    )
+    stored = [
+        StoredEvent(**{**row, "id": event_id}) for row, event_id in zip(rows, ids, strict=True)
+    ]
+    publish_after_commit(session.sync_session, stored)
+    return stored

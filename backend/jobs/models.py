@@ -160,11 +160,13 @@ def _tasks_change_their_job(session: Session, _context: object, _instances: obje
     # Each of session.new and .dirty builds a new set, the latter by comparing every modified
     # object's attributes: taken once, not once per task (a placement pass flushes hundreds).
     new, dirty = session.new, session.dirty
+    marked: set[int] = set()  # jobs already updated: their other tasks need no look
     for task in (*new, *dirty):
-        if not isinstance(task, Task) or task.job_id is None:
+        if not isinstance(task, Task) or task.job_id is None or task.job_id in marked:
             continue
         if task in dirty and not session.is_modified(task, include_collections=False):
             continue
         job = session.get(Job, task.job_id)
         if job is not None and job not in new:
             job.updated_at = utcnow()
+        marked.add(task.job_id)

@@ -22,7 +22,7 @@ from backend.db import in_pages, utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
 from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.lifecycle import StoredEvent, record_event, record_events, transition_job
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
@@ -121,6 +121,7 @@ async def mark_started_many(
             select(Job).where(Job.id.in_(page)).options(selectinload(Job.tasks))
         )
         jobs.update((job.id, job) for job in loaded)
+    events: list[StoredEvent] = []
     for host, key, pid in starts:
         job = jobs.get(key.job_id)
         tasks = list(job.tasks) if job is not None else []
@@ -144,14 +145,14 @@ async def mark_started_many(
             if mode is not None:
                 data.update(warm=mode.warm, cold_reason=mode.cold_reason)
             started = mode.words() if mode is not None else "started"
-            await record_event(
-                session=session,
-                job=job,
-                kind=EventKind.task_status,
-                task=task.name,
-                message=f"{task.name} {started} on {host.name} (pid {pid})",
-                data=data,
-                flush=False,
+            events.append(
+                StoredEvent(
+                    job_id=job.id,
+                    kind=EventKind.task_status,
+                    task=task.name,
+                    message=f"{task.name} {started} on {host.name} (pid {pid})",
+                    data=data,
+                )
             )
         if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
             t.status is TaskStatus.running for t in tasks if t.role != Role.evaluator
@@ -163,6 +164,8 @@ async def mark_started_many(
                 reason="all tasks are running",
                 flush=False,
             )
+    # The starts' events in one statement: through the ORM they took twice as long.
+    await record_events(session=session, events=events)
     # One flush for all of them: a flush per event wrote each job's row (and its version)
     # once per task, which was a third of a pass while a thousand jobs started.
     await session.flush()

@@ -10,6 +10,9 @@ log, and never reports a change that was rolled back.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from sqlalchemy import event
@@ -29,7 +32,32 @@ LOGGED_REASON_CHARS = 200
 log = logging.getLogger("backend.jobs")
 
 
-def event_frame(row: JobEvent) -> EventFrame | CheckpointFrame:
+class EventRow(Protocol):
+    """A stored job event: a JobEvent, or what a many-row insert returned (lifecycle)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def task(self) -> str | None: ...
+    @property
+    def from_status(self) -> str | None: ...
+    @property
+    def to_status(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def actor(self) -> str | None: ...
+
+
+def event_frame(row: EventRow) -> EventFrame | CheckpointFrame:
     """A stream frame for a job event. A checkpoint is an event of kind "checkpoint" (so it
     is durable, ordered and resumable with the rest) and travels as a `checkpoint` frame
     with the checkpoint beside the event."""
@@ -66,14 +94,19 @@ class PublishingSession(Session):
 
 @event.listens_for(PublishingSession, "after_flush")
 def _collect(session: Session, _context: object) -> None:
-    new = [obj for obj in session.new if isinstance(obj, JobEvent)]
-    if new and BROKER in session.info:
-        session.info.setdefault(PENDING, []).extend(new)
+    publish_after_commit(session, [obj for obj in session.new if isinstance(obj, JobEvent)])
+
+
+def publish_after_commit(session: Session, rows: Iterable[EventRow]) -> None:
+    """Publish these stored events once the session commits (never if it rolls back); what
+    a flush inserts is collected by itself, rows inserted by a statement are given here."""
+    if BROKER in session.info:
+        session.info.setdefault(PENDING, []).extend(rows)
 
 
 @event.listens_for(PublishingSession, "after_commit")
 def _publish(session: Session) -> None:
-    rows: list[JobEvent] = session.info.pop(PENDING, [])
+    rows: list[EventRow] = session.info.pop(PENDING, [])
     broker: Broker | None = session.info.get(BROKER)
     if broker is None:
         return
@@ -84,7 +117,7 @@ def _publish(session: Session) -> None:
         broker.publish(CLUSTER_TOPIC, frame)
 
 
-def log_job_event(row: JobEvent) -> None:
+def log_job_event(row: EventRow) -> None:
     """One line for a job's submission or status change; other events (restarts of a task,
     checkpoints, requests) stay in the job's own event list."""
     if row.kind == EventKind.created:

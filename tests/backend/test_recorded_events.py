@@ -1,0 +1,116 @@
+"""Events written many in one statement (lifecycle.record_events) are stored, named and
+published exactly as events flushed through the ORM are, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from backend.audit.service import name_actor
+from backend.auth import Principal, TokenKind
+from backend.db import session_factory
+from backend.jobs import service
+from backend.jobs.events import EventKind
+from backend.jobs.lifecycle import StoredEvent, record_event, record_events
+from backend.jobs.models import Job, JobEvent
+from backend.jobs.spec import JobSpec
+from backend.streams.broker import Broker, job_topic
+from backend.streams.events import BROKER, PublishingSession
+from backend.streams.frames import EventFrame
+from tests.support.factories import make_spec
+
+ADA = Principal(kind=TokenKind.user, user_name="ada")
+
+
+def starts(job_id: int, count: int) -> list[StoredEvent]:
+    return [
+        StoredEvent(
+            job_id=job_id,
+            kind=EventKind.task_status,
+            task=f"worker:{index}",
+            message=f"worker:{index} started on host-a (pid {100 + index})",
+            data={"to": "running", "attempt": 0, "pid": 100 + index},
+        )
+        for index in range(count)
+    ]
+
+
+async def test_events_written_together_read_back_in_order_and_publish_after_commit(
+    engine: AsyncEngine,
+) -> None:
+    broker = Broker()
+    sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
+    async with sessions() as session:
+        job = await service.create_job(
+            session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
+        )
+        await session.commit()
+    subscription = broker.subscribe([job_topic(job.id)])
+
+    async with sessions() as session:
+        job = await session.get_one(Job, job.id)
+        before = await record_event(
+            session=session, job=job, kind=EventKind.restart, message="before"
+        )
+        stored = await record_events(session=session, events=starts(job.id, 3))
+        assert subscription.pending() == 0  # nothing is seen before the commit
+        await session.commit()
+
+    assert [event.id for event in stored] == sorted(event.id for event in stored)
+    assert stored[0].id > before.id
+    async with sessions() as session:
+        rows = list(
+            await session.scalars(
+                select(JobEvent)
+                .where(JobEvent.id.in_([e.id for e in stored]))
+                .order_by(JobEvent.id)
+            )
+        )
+    assert [(r.task, r.message, r.data, r.kind, r.actor) for r in rows] == [
+        (e.task, e.message, e.data, EventKind.task_status, None) for e in stored
+    ]
+    assert rows[0].at == stored[0].at
+    assert subscription.pending() == 4
+    frames = [await subscription.next() for _ in range(4)]
+    assert all(isinstance(frame, EventFrame) for frame in frames)
+    assert [frame.event.id for frame in frames if isinstance(frame, EventFrame)] == [
+        before.id,
+        *(event.id for event in stored),
+    ]
+
+
+async def test_events_written_together_name_the_actor_and_vanish_with_a_rollback(
+    engine: AsyncEngine,
+) -> None:
+    broker = Broker()
+    sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
+    async with sessions() as session:
+        job = await service.create_job(
+            session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
+        )
+        await session.commit()
+    subscription = broker.subscribe([job_topic(job.id)])
+
+    async with sessions() as session:
+        name_actor(session=session, principal=ADA)
+        stored = await record_events(session=session, events=starts(job.id, 2))
+        assert {event.actor for event in stored} == {ADA.label}
+        await session.commit()
+    async with sessions() as session:
+        actors = set(
+            await session.scalars(
+                select(JobEvent.actor).where(JobEvent.id.in_([e.id for e in stored]))
+            )
+        )
+        assert actors == {ADA.label}
+    assert subscription.pending() == 2
+
+    async with sessions() as session:
+        rolled_back = await record_events(session=session, events=starts(job.id, 2))
+        await session.rollback()
+    assert subscription.pending() == 2  # only the committed two
+    async with sessions() as session:
+        found = await session.scalars(
+            select(JobEvent.id).where(JobEvent.id.in_([e.id for e in rolled_back]))
+        )
+        assert list(found) == []
