@@ -4,7 +4,7 @@ published exactly as events flushed through the ORM are, on SQLite and on Postgr
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from backend.audit.service import name_actor
 from backend.auth import Principal, TokenKind
@@ -14,7 +14,7 @@ from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_event, record_events
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import JobSpec
-from backend.streams.broker import Broker, job_topic
+from backend.streams.broker import Broker, Subscription, job_topic
 from backend.streams.events import BROKER, PublishingSession
 from backend.streams.frames import EventFrame
 from tests.support.factories import make_spec
@@ -35,9 +35,10 @@ def starts(job_id: int, count: int) -> list[StoredEvent]:
     ]
 
 
-async def test_events_written_together_read_back_in_order_and_publish_after_commit(
+async def publishing_job(
     engine: AsyncEngine,
-) -> None:
+) -> tuple[async_sessionmaker[AsyncSession], int, Subscription]:
+    """Sessions that publish as the server's do, a stored job, and a subscriber to it."""
     broker = Broker()
     sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
     async with sessions() as session:
@@ -45,14 +46,20 @@ async def test_events_written_together_read_back_in_order_and_publish_after_comm
             session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
         )
         await session.commit()
-    subscription = broker.subscribe([job_topic(job.id)])
+    return sessions, job.id, broker.subscribe([job_topic(job.id)])
+
+
+async def test_events_written_together_read_back_in_order_and_publish_after_commit(
+    engine: AsyncEngine,
+) -> None:
+    sessions, job_id, subscription = await publishing_job(engine)
 
     async with sessions() as session:
-        job = await session.get_one(Job, job.id)
+        job = await session.get_one(Job, job_id)
         before = await record_event(
             session=session, job=job, kind=EventKind.restart, message="before"
         )
-        stored = await record_events(session=session, events=starts(job.id, 3))
+        stored = await record_events(session=session, events=starts(job_id, 3))
         assert subscription.pending() == 0  # nothing is seen before the commit
         await session.commit()
 
@@ -82,18 +89,11 @@ async def test_events_written_together_read_back_in_order_and_publish_after_comm
 async def test_events_written_together_name_the_actor_and_vanish_with_a_rollback(
     engine: AsyncEngine,
 ) -> None:
-    broker = Broker()
-    sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
-    async with sessions() as session:
-        job = await service.create_job(
-            session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
-        )
-        await session.commit()
-    subscription = broker.subscribe([job_topic(job.id)])
+    sessions, job_id, subscription = await publishing_job(engine)
 
     async with sessions() as session:
         name_actor(session=session, principal=ADA)
-        stored = await record_events(session=session, events=starts(job.id, 2))
+        stored = await record_events(session=session, events=starts(job_id, 2))
         assert {event.actor for event in stored} == {ADA.label}
         await session.commit()
     async with sessions() as session:
@@ -106,7 +106,7 @@ async def test_events_written_together_name_the_actor_and_vanish_with_a_rollback
     assert subscription.pending() == 2
 
     async with sessions() as session:
-        rolled_back = await record_events(session=session, events=starts(job.id, 2))
+        rolled_back = await record_events(session=session, events=starts(job_id, 2))
         await session.rollback()
     assert subscription.pending() == 2  # only the committed two
     async with sessions() as session:
