@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import json
 import os
 import platform
 import secrets
@@ -238,6 +239,14 @@ def postgres_pids(admin_url: str) -> list[int]:
 
 
 # --- statistics and machine ------------------------------------------------------------------
+
+
+def write_result(name: str, result: object) -> Path:
+    """bench/results/<name>.json, as docs/benchmarks.md and the plots read it."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -61,6 +61,7 @@ from bench.harness import (
     machine_busy_seconds,
     machine_info,
     spread,
+    write_result,
 )
 from bench.recovery import (
     WARM_POOL,
@@ -582,8 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         "task_profiles": measured["profiles"],
         "seconds": round(time.monotonic() - began, 1),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "launch.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result("launch", result)
     print(json.dumps(result["summary"], indent=2))
     return 0
 

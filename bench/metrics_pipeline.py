@@ -49,6 +49,7 @@ from bench.harness import (
     spread,
     strata_server,
     undisturbed,
+    write_result,
 )
 
 TASKS = ("chief:0", "worker:0", "worker:1", "worker:2")
@@ -571,8 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     results["machine"]["load_average_at_end"] = os.getloadavg()
     results["wall_seconds"] = round(time.monotonic() - began, 1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "metrics_pipeline.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result("metrics_pipeline", results)
     report.write()
     print(f"done in {results['wall_seconds']} s; results in docs/benchmarks.md")
     return 0

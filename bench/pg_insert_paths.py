@@ -14,7 +14,6 @@ time goes.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,6 @@ import asyncpg  # type: ignore[import-untyped]
 
 from bench import report
 from bench.harness import (
-    RESULTS,
     cpu_seconds,
     machine_info,
     postgres_cluster,
@@ -31,6 +29,7 @@ from bench.harness import (
     postgres_pids,
     spread,
     strata_server,
+    write_result,
 )
 
 ROWS = 100_000
@@ -155,8 +154,7 @@ def main() -> int:
             f"{entry['postgres_us_per_row']['median']:.1f} µs PostgreSQL CPU and "
             f"{entry['client_us_per_row']['median']:.1f} µs client CPU per row"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "pg_insert_paths.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result("pg_insert_paths", results)
     report.write()
     return 0
 

@@ -56,7 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.harness import RESULTS, machine_info, spread
+from bench.harness import RESULTS, machine_info, spread, write_result
 from tests.support.cluster import (
     Cluster,
     SplitCluster,
@@ -500,8 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         results[key].update({name: summarise(found) for name, found in runs_of.items()})
     results["warm_pool_per_agent"] = WARM_POOL
     results["runs_per_scenario"] = runs
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "recovery.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result("recovery", results)
     for key in ("scenarios", "warm_scenarios"):
         for name, summary in results[key].items():
             s = summary["seconds"]

@@ -171,9 +171,9 @@ def cpu_section(launch: dict[str, Any]) -> list[str]:
             cpu = entry.get(variant, {}).get("cpu_ms_per_step")
             if not cpu:
                 continue
-            parts = _cpu_parts(cpu)
+            parts = cpu_parts(cpu)
             tasks = ", ".join(
-                f"{name} {ms:.2f}" for name, ms in parts.items() if name not in _NOT_TASKS
+                f"{name} {ms:.2f}" for name, ms in parts.items() if name not in NOT_TASKS
             )
             lines.append(
                 f"| {JOBS.get(job, job)} | {label} | "
@@ -184,10 +184,10 @@ def cpu_section(launch: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-_NOT_TASKS = (SERVER, AGENTS, MACHINE, OTHER, REFILLS)
+NOT_TASKS = (SERVER, AGENTS, MACHINE, OTHER, REFILLS)
 
 
-def _cpu_parts(cpu: dict[str, dict[str, float]]) -> dict[str, float]:
+def cpu_parts(cpu: dict[str, dict[str, float]]) -> dict[str, float]:
     """Median CPU ms per step by name, with the machine's remainder as OTHER."""
     parts = {name: values["median"] for name, values in cpu.items()}
     rest = parts.pop(REST, None)  # the median of the runs' own remainders, where recorded
@@ -198,7 +198,7 @@ def _cpu_parts(cpu: dict[str, dict[str, float]]) -> dict[str, float]:
     return parts
 
 
-def _warm_steps_note(ratio: float, cold: dict[str, Any], warm: dict[str, Any]) -> str:
+def warm_steps_note(ratio: float, cold: dict[str, Any], warm: dict[str, Any]) -> str:
     """What a warm run's lower steps/s came with: the refills' priority and the other work."""
     text = f"Steps/s warm ÷ cold: {ratio:.3f} (target ≥ 0.98)."
     refills = warm.get("refills")
@@ -209,10 +209,10 @@ def _warm_steps_note(ratio: float, cold: dict[str, Any], warm: dict[str, Any]) -
         )
     if "cpu_ms_per_step" in cold and "cpu_ms_per_step" in warm:
         parts = {
-            name: _cpu_parts(entry["cpu_ms_per_step"]) for name, entry in (("c", cold), ("w", warm))
+            name: cpu_parts(entry["cpu_ms_per_step"]) for name, entry in (("c", cold), ("w", warm))
         }
         tasks = {
-            name: sum(ms for task, ms in part.items() if task not in _NOT_TASKS)
+            name: sum(ms for task, ms in part.items() if task not in NOT_TASKS)
             for name, part in parts.items()
         }
         text += (
@@ -268,7 +268,7 @@ def launch_notes(launch: dict[str, Any], *, warm_steps: bool = True) -> list[str
             )
             cold = entry.get("strata_vs_strata_warm", {}).get("steps_ratio", {}).get("median")
             if warm_steps and cold and 1 / cold < 0.98:
-                notes.append(f"  {_warm_steps_note(1 / cold, strata, warm)}")
+                notes.append(f"  {warm_steps_note(1 / cold, strata, warm)}")
         ratios = entry.get("strata_vs_hand", {})
         launch_ratio = ratios.get("launch_ratio", {}).get("median")
         if launch_ratio is not None and launch_ratio > 1.2:
@@ -363,10 +363,10 @@ def _cpu_split(entry: dict[str, Any]) -> tuple[float, dict[str, float]] | None:
     cpu = {v: entry.get(v, {}).get("cpu_ms_per_step") for v in ("strata", "strata_bare", "hand")}
     if not cpu["strata"] or not cpu["hand"]:
         return None
-    parts = {v: _cpu_parts(c) for v, c in cpu.items() if c}
+    parts = {v: cpu_parts(c) for v, c in cpu.items() if c}
 
     def tasks(variant: str) -> float:
-        return sum(ms for name, ms in parts[variant].items() if name not in _NOT_TASKS)
+        return sum(ms for name, ms in parts[variant].items() if name not in NOT_TASKS)
 
     ours, theirs = parts["strata"], parts["hand"]
     split = {

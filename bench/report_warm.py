@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report_launch import _NOT_TASKS, JOBS, _cpu_parts, _warm_steps_note
+from bench.report_launch import JOBS, NOT_TASKS, cpu_parts, warm_steps_note
 from bench.text import spread_text
 
 
@@ -67,12 +67,12 @@ def warm_throughput_section(warm: dict[str, Any]) -> list[str]:
             f"{cold_cpu:.2f} → {warm_cpu:.2f} |"
         )
         if not _met(warm, job):
-            note = _warm_steps_note(summary["ratio"]["median"], summary["cold"], summary["warm"])
+            note = warm_steps_note(summary["ratio"]["median"], summary["cold"], summary["warm"])
             notes.append(f"- **{job}**: {note}")
     return [*lines, "", *notes, *([""] if notes else [])]
 
 
 def _tasks_ms(mode: dict[str, Any]) -> float:
     """The job's tasks' CPU per step (medians, summed): what training itself cost."""
-    parts = _cpu_parts(mode["cpu_ms_per_step"])
-    return sum(ms for name, ms in parts.items() if name not in _NOT_TASKS)
+    parts = cpu_parts(mode["cpu_ms_per_step"])
+    return sum(ms for name, ms in parts.items() if name not in NOT_TASKS)

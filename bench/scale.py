@@ -71,6 +71,7 @@ from bench.harness import (
     postgres_database,
     spread,
     strata_server,
+    write_result,
 )
 
 GPUS_PER_AGENT = 8
@@ -586,8 +587,7 @@ def main(argv: list[str] | None = None) -> int:
                         }
                 results["runs"].append(run)
     results["runs"].sort(key=lambda run: (DATABASES.index(run["database"]), run["agents"]))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result("scale", results)
     return 0
 
 

@@ -50,6 +50,7 @@ from bench.harness import (
     spread,
     strata_server,
     undisturbed,
+    write_result,
 )
 from tests.support.postgres import free_port
 
@@ -376,8 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in sorted(profile_dir.glob("chief-*.txt"))
         }
     results["machine"]["load_average_at_end"] = os.getloadavg()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "training_overhead.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result("training_overhead", results)
     report.write()
     ratio = results["ratio"]["median"]
     print(f"A/B median {ratio:.3f} (target ≥ {TARGET}); done in {results['wall_seconds']} s")

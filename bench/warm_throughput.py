@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import RESULTS, Conditions, machine_info, spread, undisturbed
+from bench.harness import Conditions, machine_info, spread, undisturbed, write_result
 from bench.launch import (
     REFILLS,
     REST,
@@ -161,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": {strategy: summarise(found) for strategy, found in pairs.items()},
         "seconds": round(time.monotonic() - began, 1),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "warm_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result("warm_throughput", result)
     print(json.dumps(result["summary"], indent=2))
     return 0
 
