@@ -148,7 +148,9 @@ class Channel:
         hello = self._hello()
         await websocket.send(hello.model_dump_json())
         try:
-            first = server_message.validate_json(await asyncio.wait_for(websocket.recv(), 30))
+            async with asyncio.timeout(30):
+                raw = await websocket.recv()
+            first = server_message.validate_json(raw)
         except ValidationError as exc:
             raise ChannelError(f"unreadable first frame: {exc}") from exc
         if isinstance(first, Refused):

@@ -122,7 +122,8 @@ class ContainerTask:
             self._exited.set()
         if self._reader is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._reader), timeout=DRAIN_SECONDS)
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    await asyncio.shield(self._reader)
         await asyncio.sleep(0)  # output the reader handed over just before it ended
         self.output.close()
         await asyncio.to_thread(self._run.remove)

@@ -360,9 +360,8 @@ class TaskProcess:
                 sorted(self.left_behind),
             )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                asyncio.gather(*self._protocol.closed.values()), timeout=DRAIN_SECONDS
-            )
+            async with asyncio.timeout(DRAIN_SECONDS):
+                await asyncio.gather(*self._protocol.closed.values())
         self._transport.close()
         self.output.close()
         died_of = -code if code < 0 else None
@@ -394,6 +393,7 @@ class TaskProcess:
         # Once each: to a script (a sidecar evaluator) a second SIGTERM may mean "stop now".
         self.containment.signal(signal.SIGTERM, outside_group=self.pid)
         try:
-            await asyncio.wait_for(asyncio.shield(self._protocol.exited), timeout=grace)
+            async with asyncio.timeout(grace):
+                await asyncio.shield(self._protocol.exited)
         except TimeoutError:
             self.containment.kill()

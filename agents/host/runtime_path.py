@@ -101,7 +101,8 @@ async def interpreter_version(python: str) -> str:
         stdin=asyncio.subprocess.DEVNULL,
     )
     try:
-        out, _ = await asyncio.wait_for(probe.communicate(), timeout=30)
+        async with asyncio.timeout(30):
+            out, _ = await probe.communicate()
     except TimeoutError:
         probe.kill()
         raise RuntimeError(f"environment.python {python} did not answer within 30 s") from None

@@ -294,7 +294,8 @@ async def start_warm_process(env: dict[str, str], python: str = sys.executable) 
     process = WarmProcess(transport, protocol, ours, env, early_output=early)
     holder.append(process)
     try:
-        line = await asyncio.wait_for(_read_line(ours), timeout=READY_SECONDS)
+        async with asyncio.timeout(READY_SECONDS):
+            line = await _read_line(ours)
         ready = json.loads(line) if line else {}
         if ready.get("type") != "ready":
             raise RuntimeError("it exited before it was ready")

@@ -100,7 +100,8 @@ async def checkpoint_now(
     requested_at, started = utcnow(), time.monotonic()
     command_id, answer = await links.send_command(link, "checkpoint")
     try:
-        outcome = await asyncio.wait_for(answer, timeout=wait_seconds)
+        async with asyncio.timeout(wait_seconds):
+            outcome = await answer
     except TimeoutError:
         raise TaskTimeout(
             f"{task} wrote no checkpoint within {wait_seconds:g}s (command {command_id});"

@@ -147,7 +147,8 @@ class Inbound:
         seconds, so that a peer that waits to be spoken to learns what to send.
         """
         try:
-            raw = await asyncio.wait_for(self.text(what), within)
+            async with asyncio.timeout(within):
+                raw = await self.text(what)
         except TimeoutError:
             reason = f"expected a {what} frame within {within:g}s"
             await close(

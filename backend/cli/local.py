@@ -132,7 +132,8 @@ async def _stop_all(children: list[asyncio.subprocess.Process]) -> None:
             child.send_signal(signal.SIGTERM)
     for child in children:
         try:
-            await asyncio.wait_for(child.wait(), timeout=30)
+            async with asyncio.timeout(30):
+                await child.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 child.kill()

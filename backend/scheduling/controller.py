@@ -123,7 +123,8 @@ class Controller:
         while True:
             period = self.settings.reconcile_seconds
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=period * random.uniform(0.8, 1.2))
+                async with asyncio.timeout(period * random.uniform(0.8, 1.2)):
+                    await self._wake.wait()
             # A burst of wake-ups (submissions, agents' starts) is taken in by one pass: a
             # pass per submission cost more than the submissions themselves.
             await asyncio.sleep(last_pass + gap - time.monotonic())

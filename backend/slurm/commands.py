@@ -145,9 +145,8 @@ class SlurmCommands:
         except OSError as exc:
             raise SlurmUnavailable(tool, f"cannot run {argv[0]}: {exc.strerror}") from None
         try:
-            out, err = await asyncio.wait_for(
-                process.communicate(None if stdin is None else stdin.encode()), self.timeout
-            )
+            async with asyncio.timeout(self.timeout):
+                out, err = await process.communicate(None if stdin is None else stdin.encode())
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()

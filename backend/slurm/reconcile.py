@@ -95,7 +95,8 @@ class SlurmBackend:
         period = self.settings.slurm_poll_seconds
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=period * random.uniform(0.8, 1.2))
+                async with asyncio.timeout(period * random.uniform(0.8, 1.2)):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.reconcile_once()

@@ -190,7 +190,8 @@ class TensorBoards:
                     "(STRATA_TENSORBOARD_START_SECONDS)"
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), timeout=0.1)
+                async with asyncio.timeout(0.1):
+                    await process.wait()
 
     async def reap(self) -> list[str]:
         """Stops the boards idle for `idle_seconds` and forgets dead ones; their keys."""
@@ -245,7 +246,8 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         process.terminate()
     try:
-        await asyncio.wait_for(process.wait(), timeout=STOP_GRACE)
+        async with asyncio.timeout(STOP_GRACE):
+            await process.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
