@@ -76,6 +76,12 @@ def note_hosts(session: AsyncSession | Session, host_ids: Iterable[int]) -> None
     _pending(session).hosts.update(host_ids)
 
 
+def note_tasks(session: AsyncSession | Session, rows: Iterable[TaskRow]) -> None:
+    """Tasks written by a statement the ORM does not track, as written."""
+    if BOARD in session.info:
+        _pending(session).tasks.update((row.task_id, row) for row in rows)
+
+
 def note_heartbeats(session: AsyncSession | Session) -> None:
     """Hosts' last heartbeat times were written (only their ages change in the view)."""
     _pending(session).heartbeats = True

@@ -31,6 +31,9 @@ TOGETHER = frozenset(
 LEAST = 2  # one job gains nothing from this
 PAGE = 200  # jobs per statement (bound parameters stay well under SQLite's limit)
 
+# A job to write: its id, the version it was read at, and its new values by column name.
+VersionedRow = tuple[int, int, dict[str, Any]]
+
 
 @event.listens_for(Session, "before_flush")
 def _update_jobs_together(session: Session, _context: object, _instances: object) -> None:
@@ -49,12 +52,9 @@ def _update_jobs_together(session: Session, _context: object, _instances: object
     for keys, jobs in changed.items():
         for first in range(0, len(jobs), PAGE):
             page = jobs[first : first + PAGE]
-            matched = set(connection.scalars(_statement(keys, page)))
-            stale = [job.id for job, _ in page if job.id not in matched]
-            if stale:
-                raise StaleDataError(
-                    f"jobs {stale} changed since they were read: none of {len(page)} written"
-                )
+            rows = [(job.id, _version_read(job), values) for job, values in page]
+            matched = set(connection.scalars(versioned_update(keys, rows)))
+            raise_if_stale(rows, matched)
             for job, values in page:
                 version = _version_read(job)
                 for key, value in values.items():
@@ -79,26 +79,37 @@ def _changes(job: Job) -> dict[str, Any] | None:
     return values
 
 
-def _statement(keys: Sequence[str], jobs: Iterable[tuple[Job, dict[str, Any]]]) -> Any:
-    """UPDATE jobs SET <keys> FROM (the rows) WHERE id and version match, RETURNING id."""
+def versioned_update(keys: Sequence[str], rows: Iterable[VersionedRow]) -> Any:
+    """UPDATE jobs SET <keys> FROM (the rows) WHERE id and version match, RETURNING id: each
+    row is a job's id, the version it was read at and its new values (under `keys`)."""
     table = cast(Table, Job.__table__)
     columns = table.c
-    rows = union_all(
+    changed = union_all(
         *(
             select(
-                literal(job.id, columns.id.type).label("id"),
-                literal(_version_read(job), columns.version.type).label("version"),
+                literal(job_id, columns.id.type).label("id"),
+                literal(version, columns.version.type).label("version"),
                 *(literal(values[key], columns[key].type).label(key) for key in keys),
             )
-            for job, values in jobs
+            for job_id, version, values in rows
         )
     ).subquery("changed")
     return (
         update(table)
-        .where(columns.id == rows.c.id, columns.version == rows.c.version)
-        .values({key: rows.c[key] for key in keys} | {"version": columns.version + 1})
+        .where(columns.id == changed.c.id, columns.version == changed.c.version)
+        .values({key: changed.c[key] for key in keys} | {"version": columns.version + 1})
         .returning(columns.id)
     )
+
+
+def raise_if_stale(rows: Sequence[VersionedRow], matched: set[int]) -> None:
+    """StaleDataError, as SQLAlchemy's own version check raises it, if a job the UPDATE
+    was to write changed since it was read (the UPDATE matched fewer than all)."""
+    stale = [job_id for job_id, _, _ in rows if job_id not in matched]
+    if stale:
+        raise StaleDataError(
+            f"jobs {stale} changed since they were read: none of {len(rows)} written"
+        )
 
 
 def _version_read(job: Job) -> int:

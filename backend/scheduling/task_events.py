@@ -8,25 +8,23 @@ not on the reporting host, changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
 
 from agents.protocol import TaskExit, TaskKey
-from agents.vocabulary import Role, TaskName
+from agents.vocabulary import TaskName
 from backend import security
-from backend.db import in_pages, utcnow
+from backend.db import utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
 from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import StoredEvent, record_event, record_events, transition_job
+from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
-from backend.scheduling.cluster import StartMode
 from backend.scheduling.outcome import judge_exit
 from backend.scheduling.transaction import Transaction
 
@@ -67,7 +65,23 @@ async def attempt_ran_on(*, session: AsyncSession, host: Host, key: TaskKey) -> 
     )
 
 
-def wanted_on(task: Task | None, job: Job | None, host: Host, key: TaskKey) -> bool:
+class PlacedTask(Protocol):
+    """What `wanted_on` reads of a task: a Task, or a row of one."""
+
+    @property
+    def status(self) -> TaskStatus: ...
+    @property
+    def host_id(self) -> int | None: ...
+    @property
+    def attempt(self) -> int: ...
+
+
+class ItsJob(Protocol):
+    @property
+    def status(self) -> JobStatus: ...
+
+
+def wanted_on(task: PlacedTask | None, job: ItsJob | None, host: Host, key: TaskKey) -> bool:
     """Whether this attempt should be running on this host right now."""
     return (
         task is not None
@@ -102,73 +116,6 @@ async def request_cancel(tx: Transaction, *, job_id: int) -> None:
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     await end_job(tx=tx, job=job, status=JobStatus.cancelled, reason="cancelled by request")
-
-
-async def mark_started_many(
-    *,
-    tx: Transaction,
-    starts: Sequence[tuple[Host, TaskKey, int]],
-    modes: Mapping[TaskKey, StartMode] | None = None,
-) -> None:
-    """Apply agents' reports that they started these attempts (warm or cold, where ``modes``
-    says), loading their jobs and tasks in a few queries: a thousand agents report ten
-    thousand starts within seconds."""
-    session = tx.session
-    job_ids = sorted({key.job_id for _, key, _ in starts})
-    jobs: dict[int, Job] = {}
-    for page in in_pages(job_ids):
-        loaded = await session.scalars(
-            select(Job).where(Job.id.in_(page)).options(selectinload(Job.tasks))
-        )
-        jobs.update((job.id, job) for job in loaded)
-    events: list[StoredEvent] = []
-    for host, key, pid in starts:
-        job = jobs.get(key.job_id)
-        tasks = list(job.tasks) if job is not None else []
-        task = next((t for t in tasks if t.name == key.task), None)
-        if not wanted_on(task, job, host, key):
-            if task is None or task.host_id not in (None, host.id):
-                # Not a late start of an attempt that was stopped: another host's task, or none.
-                security.refused(f"agent {host.name}", f"task_started for {_key_text(key)}")
-            tx.stop(host.name, key, "this attempt should not run")
-            continue
-        assert task is not None and job is not None
-        if task.status is TaskStatus.scheduled:
-            task.status, task.pid, task.started_at = TaskStatus.running, pid, utcnow()
-            mode = (modes or {}).get(key)
-            data: dict[str, object] = {
-                "to": "running",
-                "attempt": task.attempt,
-                "pid": pid,
-                "host": host.name,
-            }
-            if mode is not None:
-                data.update(warm=mode.warm, cold_reason=mode.cold_reason)
-            started = mode.words() if mode is not None else "started"
-            events.append(
-                StoredEvent(
-                    job_id=job.id,
-                    kind=EventKind.task_status,
-                    task=task.name,
-                    message=f"{task.name} {started} on {host.name} (pid {pid})",
-                    data=data,
-                )
-            )
-        if job.status in (JobStatus.scheduled, JobStatus.restarting) and all(
-            t.status is TaskStatus.running for t in tasks if t.role != Role.evaluator
-        ):
-            await transition_job(
-                session=session,
-                job=job,
-                to=JobStatus.running,
-                reason="all tasks are running",
-                flush=False,
-            )
-    # The starts' events in one statement: through the ORM they took twice as long.
-    await record_events(session=session, events=events)
-    # One flush for all of them: a flush per event wrote each job's row (and its version)
-    # once per task, which was a third of a pass while a thousand jobs started.
-    await session.flush()
 
 
 async def apply_exit(

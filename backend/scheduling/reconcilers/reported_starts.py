@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.hosts.models import Host
-from backend.scheduling import task_events
+from backend.scheduling import started
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.transaction import Transaction
 
@@ -35,7 +35,7 @@ async def apply_reported_starts(tx: Transaction, view: ClusterView, host_names: 
         for key, pid in started
     ]
     if starts:
-        await task_events.mark_started_many(tx=tx, starts=starts, modes=modes)
+        await started.mark_started_many(tx=tx, starts=starts, modes=modes)
 
 
 class ReportedStarts:

@@ -20,7 +20,7 @@ from backend.jobs.states import (
     HostStatus,
     TaskStatus,
 )
-from backend.scheduling import task_events
+from backend.scheduling import started, task_events
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.reconcilers.reported_starts import hosts_named
 from backend.scheduling.reconcilers.restarted_tasks import start_if_due
@@ -121,7 +121,7 @@ async def sync_running(
             # (then how it started is known already: the report came before this heartbeat).
             agrees = False  # compared again soon: what this changed was not loaded
             mode = view.start_modes.pop(key, None)
-            await task_events.mark_started_many(
+            await started.mark_started_many(
                 tx=tx, starts=[(host, key, pid)], modes={key: mode} if mode else None
             )
     for key, (task, job) in placed_here.items():
