@@ -107,7 +107,7 @@ async def submit_job(
     job = await intake.submit(spec, access=access, principal=principal, source=source)
     if slurm is not None and spec.slurm is not None:
         slurm.wake()
-    return service.job_read(job)  # as committed, its tasks with it: nothing is read again
+    return job  # its view as committed: nothing is read again
 
 
 @router.get("", response_model=JobPage, responses=error_responses(404))

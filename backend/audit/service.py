@@ -5,9 +5,9 @@ back leaves no entry."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import event, select
+from sqlalchemy import Table, event, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -56,21 +56,23 @@ async def record(
     """Record a change made by `principal` from `source`; the job events this transaction
     records from now on name the same actor."""
     name_actor(session=session, principal=principal)
-    entry = new_entry(
-        principal=principal,
-        source=source,
-        action=action,
-        project_id=project_id,
-        job_id=job_id,
-        target=target,
-        detail=detail,
+    entry = AuditEntry(
+        **entry_values(
+            principal=principal,
+            source=source,
+            action=action,
+            project_id=project_id,
+            job_id=job_id,
+            target=target,
+            detail=detail,
+        )
     )
     session.add(entry)
     await session.flush()
     return entry
 
 
-def new_entry(
+def entry_values(
     *,
     principal: Principal,
     source: str | None,
@@ -79,19 +81,25 @@ def new_entry(
     job_id: int | None = None,
     target: str | None = None,
     detail: dict[str, Any] | None = None,
-) -> AuditEntry:
-    """An entry not yet in a session (for many written by one flush; `record` adds one)."""
-    return AuditEntry(
-        actor=principal.label,
-        user_id=principal.user_id,
-        token_id=principal.token_id,
-        action=action.value,
-        project_id=project_id,
-        job_id=job_id,
-        target=target,
-        detail=detail or {},
-        source=source,
-    )
+) -> dict[str, Any]:
+    """An entry's column values (for many inserted in one statement: `insert_entries`)."""
+    return {
+        "actor": principal.label,
+        "user_id": principal.user_id,
+        "token_id": principal.token_id,
+        "action": action.value,
+        "project_id": project_id,
+        "job_id": job_id,
+        "target": target,
+        "detail": detail or {},
+        "source": source,
+    }
+
+
+async def insert_entries(*, session: AsyncSession, entries: list[dict[str, Any]]) -> None:
+    """Entries (`entry_values`) in one many-row INSERT, as rows rather than ORM objects."""
+    if entries:
+        await session.execute(insert(cast(Table, AuditEntry.__table__)), entries)
 
 
 async def list_entries(

@@ -82,6 +82,12 @@ def note_tasks(session: AsyncSession | Session, rows: Iterable[TaskRow]) -> None
         _pending(session).tasks.update((row.task_id, row) for row in rows)
 
 
+def note_job_names(session: AsyncSession | Session, names: dict[int, str]) -> None:
+    """Jobs inserted by a statement the ORM does not track, by id."""
+    if BOARD in session.info:
+        _pending(session).job_names.update(names)
+
+
 def note_heartbeats(session: AsyncSession | Session) -> None:
     """Hosts' last heartbeat times were written (only their ages change in the view)."""
     _pending(session).heartbeats = True

@@ -22,7 +22,7 @@ from backend.audit.actions import AuditAction
 from backend.auth import Principal
 from backend.errors import Forbidden, NotFound
 from backend.jobs import service
-from backend.jobs.models import Job
+from backend.jobs.schemas import JobRead
 from backend.jobs.spec import JobSpec
 from backend.scheduling.transaction import Transaction
 from backend.teams import service as teams_service
@@ -50,13 +50,13 @@ class Submission:
     access: Access
     principal: Principal
     source: str | None
-    answer: asyncio.Future[Job] = field(
+    answer: asyncio.Future[JobRead] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
 
 class JobIntake:
-    def __init__(self, *, apply: Apply[dict[Submission, Job | Exception]]) -> None:
+    def __init__(self, *, apply: Apply[dict[Submission, JobRead | Exception]]) -> None:
         self._apply = apply  # Controller.apply, which never frees or takes capacity here
         self._waiting: list[Submission] = []
         self._writer: asyncio.Task[None] | None = None
@@ -76,7 +76,7 @@ class JobIntake:
 
     async def submit(
         self, spec: JobSpec, *, access: Access, principal: Principal, source: str | None
-    ) -> Job:
+    ) -> JobRead:
         """Store the job as pending in the project its spec names (teams_service.
         project_for_submit says which and who may), once a transaction has written it."""
         submission = Submission(spec=spec, access=access, principal=principal, source=source)
@@ -110,10 +110,10 @@ class JobIntake:
                     self._changed.clear()
                     await self._changed.wait()
 
-    async def _write_batch(self) -> tuple[list[Submission], dict[Submission, Job | Exception]]:
+    async def _write_batch(self) -> tuple[list[Submission], dict[Submission, JobRead | Exception]]:
         taken: list[Submission] = []
 
-        async def write(tx: Transaction) -> dict[Submission, Job | Exception]:
+        async def write(tx: Transaction) -> dict[Submission, JobRead | Exception]:
             # Taken once the lock is held: everything that arrived while waiting for it.
             # Applied again after a stale read, the same batch is written again.
             if not taken:
@@ -127,7 +127,7 @@ class JobIntake:
             # The database refused the batch, and nothing of it was committed: one
             # submission's failure must not be the others', so each alone, then.
             log.exception("writing %d job submissions together failed", len(taken))
-            answers: dict[Submission, Job | Exception] = {}
+            answers: dict[Submission, JobRead | Exception] = {}
             for submission in taken:
                 answers |= await self._write_alone(submission)
             return taken, answers
@@ -137,7 +137,7 @@ class JobIntake:
             log.exception("writing %d job submissions together failed", len(taken))
             return taken, dict.fromkeys(taken, error)
 
-    async def _write_alone(self, submission: Submission) -> dict[Submission, Job | Exception]:
+    async def _write_alone(self, submission: Submission) -> dict[Submission, JobRead | Exception]:
         try:
             return await self._apply(lambda tx: write_jobs(tx, [submission]))
         except Exception as error:
@@ -146,12 +146,13 @@ class JobIntake:
 
 async def write_jobs(
     tx: Transaction, submissions: list[Submission]
-) -> dict[Submission, Job | Exception]:
-    """Each submission's job, or the error that refused it (its project gone, or it no
-    longer a member), written in one flush for the jobs and one for their audit entries."""
+) -> dict[Submission, JobRead | Exception]:
+    """Each submission's stored job, or the error that refused it (its project gone, or it
+    no longer a member), written in a many-row INSERT per table for all of them."""
     session = tx.session
-    answers: dict[Submission, Job | Exception] = {}
+    answers: dict[Submission, JobRead | Exception] = {}
     projects: dict[tuple[str | None, int | None], Project | None] = {}  # submit_target's
+    accepted: list[tuple[Submission, service.NewJob]] = []
     for submission in submissions:
         spec, access = submission.spec, submission.access
         # Checked again under the lock: a project may have gone since the request's check.
@@ -167,25 +168,32 @@ async def write_jobs(
         except (NotFound, Forbidden) as refused:
             answers[submission] = refused
             continue
-        answers[submission] = service.new_job(
-            spec=spec.model_copy(update={"project": project.name}),
-            project_id=project.id,
-            submitted_by=submission.principal.label,
-            actor=submission.principal.label,
+        label = submission.principal.label
+        accepted.append(
+            (
+                submission,
+                service.NewJob(
+                    spec=spec.model_copy(update={"project": project.name}),
+                    project_id=project.id,
+                    submitted_by=label,
+                    actor=label,
+                ),
+            )
         )
-    jobs = {s: job for s, job in answers.items() if isinstance(job, Job)}
-    session.add_all(jobs.values())
-    await session.flush()
-    session.add_all(
-        audit.new_entry(
-            principal=s.principal,
-            source=s.source,
-            action=AuditAction.job_submit,
-            project_id=job.project_id,
-            job_id=job.id,
-            detail={"name": s.spec.name},
-        )
-        for s, job in jobs.items()
+    jobs = await service.insert_jobs(session=session, jobs=[new for _, new in accepted])
+    await audit.insert_entries(
+        session=session,
+        entries=[
+            audit.entry_values(
+                principal=submission.principal,
+                source=submission.source,
+                action=AuditAction.job_submit,
+                project_id=job.project_id,
+                job_id=job.id,
+                detail={"name": job.name},
+            )
+            for (submission, _), job in zip(accepted, jobs, strict=True)
+        ],
     )
-    await session.flush()
+    answers.update((submission, job) for (submission, _), job in zip(accepted, jobs, strict=True))
     return answers

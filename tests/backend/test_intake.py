@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.exc import IntegrityError
 
+from backend.audit.actions import AuditAction
 from backend.audit.models import AuditEntry
 from backend.auth import Principal, TokenKind
 from backend.errors import NotFound
 from backend.jobs.intake import GATHER_SECONDS, JobIntake, Submission
 from backend.jobs.models import Job, JobEvent, Task
+from backend.jobs.schemas import JobRead
 from backend.jobs.spec import JobSpec
 from backend.scheduling.controller import Change, Controller
 from backend.scheduling.transaction import Transaction
@@ -40,10 +43,10 @@ def spec(name: str, project: str | None = None) -> JobSpec:
     return JobSpec.model_validate(make_spec("parameter_server", name=name, project=project))
 
 
-Answers = dict[Submission, Job | Exception]
+Answers = dict[Submission, JobRead | Exception]
 
 
-def submit(intake: JobIntake, name: str, **how: Any) -> asyncio.Task[Job]:
+def submit(intake: JobIntake, name: str, **how: Any) -> asyncio.Task[JobRead]:
     """A submission by the admin token unless `access` says who, as a task."""
     who: Access = how.pop("access", access())
     return asyncio.create_task(
@@ -208,3 +211,38 @@ async def test_any_other_failure_is_each_callers_and_nothing_is_written_again(ap
     assert [str(answer) for answer in answers] == ["broken"] * 3
     async with api.session() as session:
         assert await session.scalar(select(func.count(Job.id))) == 0
+
+
+async def test_a_submissions_answer_is_the_job_as_stored_and_its_rows_are_complete(
+    api: Api,
+) -> None:
+    """The answer is built from the values inserted (nothing is read again): it must be
+    what reading the job gives, and the rows must be what the rest of the server reads."""
+    board = api.app.state.cluster_board  # type: ignore[attr-defined]
+    await api.http.get("/cluster")  # read once: from now on the board is told of changes
+    posted = await api.http.post("/jobs", json=make_spec("parameter_server", name="stored"))
+    assert posted.status_code == 201, posted.text
+    job = posted.json()
+    assert job["reason"] == "waiting to be placed"
+    read = (await api.http.get(f"/jobs/{job['id']}")).json()
+    # A controller pass may have said why it waits meanwhile (no host here has room).
+    changing = {"reason", "updated_at"}
+    assert {k: v for k, v in read.items() if k not in changing} == {
+        k: v for k, v in job.items() if k not in changing
+    }
+    assert [t["status"] for t in job["tasks"]] == ["pending"] * len(job["tasks"])
+    async with api.session() as session:
+        stored = await session.get_one(Job, job["id"])
+        assert stored.version >= 1 and stored.created_at == datetime.fromisoformat(
+            read["created_at"]
+        )
+        [created] = await session.scalars(select(JobEvent).where(JobEvent.job_id == job["id"]))
+        assert (created.kind, created.actor) == ("created", job["submitted_by"])
+        [entry] = await session.scalars(select(AuditEntry).where(AuditEntry.job_id == job["id"]))
+        assert (entry.action, entry.detail) == (AuditAction.job_submit, {"name": "stored"})
+        tasks = await session.scalar(select(func.count(Task.id)).where(Task.job_id == job["id"]))
+        assert tasks == len(job["tasks"])
+    assert (
+        board._job_names.get(job["id"]) == "stored"
+        or board._pending.job_names.get(job["id"]) == "stored"
+    )
