@@ -76,6 +76,19 @@ def note_hosts(session: AsyncSession | Session, host_ids: Iterable[int]) -> None
     _pending(session).hosts.update(host_ids)
 
 
+def task_row(task: Task) -> TaskRow:
+    return TaskRow(
+        task.id,
+        task.host_id,
+        task.job_id,
+        task.role,
+        task.index,
+        task.status,
+        task.port,
+        list(task.gpu_indices or []),
+    )
+
+
 def note_tasks(session: AsyncSession | Session, rows: Iterable[TaskRow]) -> None:
     """Tasks written by a statement the ORM does not track, as written."""
     if BOARD in session.info:
@@ -100,16 +113,7 @@ def _note_written(_mapper: Mapper[Any], _connection: Connection, target: object)
         return
     pending = _pending(session)
     if isinstance(target, Task):
-        pending.tasks[target.id] = TaskRow(
-            target.id,
-            target.host_id,
-            target.job_id,
-            target.role,
-            target.index,
-            target.status,
-            target.port,
-            list(target.gpu_indices or []),
-        )
+        pending.tasks[target.id] = task_row(target)
     elif isinstance(target, Job):
         pending.job_names[target.id] = target.name
     elif isinstance(target, Device):

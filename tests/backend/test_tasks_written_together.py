@@ -1,6 +1,6 @@
 """Tasks changed in one flush are written in one UPDATE per set of changed columns
-(backend.jobs.task_writes), with their jobs' version check and the mapper's listeners as when
-the flush writes them one by one, on SQLite and on PostgreSQL."""
+(backend.jobs.task_writes), with their jobs' version check and the cluster board told of
+them as when the flush writes them one by one, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.db import session_factory
+from backend.hosts.changes import BOARD, ClusterChanges, TaskRow
 from backend.hosts.models import Host
 from backend.jobs import service
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.streams.events import PublishingSession
 from tests.backend.conftest import count_updates
 from tests.support.factories import make_host, make_spec
 
@@ -125,22 +127,57 @@ async def test_tasks_changed_from_a_stale_read_of_their_job_fail_and_nothing_is_
         assert {t.host_id for t in await tasks_of(session, ids)} == {None}
 
 
-async def test_the_mappers_update_listeners_hear_of_each_task_as_written(
+class Board:
+    def __init__(self) -> None:
+        self.told: list[ClusterChanges] = []
+
+    def changed(self, changes: ClusterChanges) -> None:
+        self.told.append(changes)
+
+
+async def test_the_board_hears_of_each_task_as_written_and_the_flush_of_none(
     engine: AsyncEngine,
 ) -> None:
-    """The cluster board learns of task changes from after_update (backend.hosts.changes)."""
+    """The cluster board learns of task changes as it would from the flush (backend.hosts.
+    changes); the flush itself finds nothing left to do for them (no after_update)."""
     ids, host_id = await stored(engine, 2)
-    heard: list[tuple[int, int | None, TaskStatus]] = []
+    board = Board()
+    sessions = session_factory(engine, sync_session_class=PublishingSession, info={BOARD: board})
+    flushed: list[int] = []
 
     def listener(_mapper: Any, _connection: Any, task: Task) -> None:
-        heard.append((task.id, task.port, task.status))
+        flushed.append(task.id)
 
     event.listen(Task, "after_update", listener)
     try:
-        async with session_factory(engine)() as session:
+        async with sessions() as session:
             tasks = await tasks_of(session, ids)
             place(tasks, host_id)
+            await session.flush()
+            assert not any(session.is_modified(task) for task in tasks)
             await session.commit()
     finally:
         event.remove(Task, "after_update", listener)
-    assert sorted(heard) == [(t.id, t.port, TaskStatus.scheduled) for t in tasks]
+    assert flushed == []
+    [told] = board.told
+    assert sorted(told.tasks.values(), key=lambda row: row.task_id) == [
+        TaskRow(t.id, host_id, t.job_id, t.role, t.index, TaskStatus.scheduled, t.port, [n % 8])
+        for n, t in enumerate(tasks)
+    ]
+
+
+async def test_a_task_written_together_and_changed_again_is_written_again(
+    engine: AsyncEngine,
+) -> None:
+    ids, host_id = await stored(engine, 2)
+    async with session_factory(engine)() as session:
+        tasks = await tasks_of(session, ids)
+        place(tasks, host_id)
+        await session.flush()  # written together, and marked clean
+        tasks[0].status, tasks[0].exit_code = TaskStatus.failed, 3
+        await session.commit()
+    async with session_factory(engine)() as session:
+        again = await tasks_of(session, ids)
+    assert (again[0].status, again[0].exit_code, again[0].port) == (TaskStatus.failed, 3, 41000)
+    assert {t.status for t in again[1:]} == {TaskStatus.scheduled}
+    assert [t.port for t in again] == [41000 + n for n in range(len(again))]
