@@ -35,7 +35,7 @@ from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.jobs.versioning import PAGE, VersionedRow, raise_if_stale, versioned_update
 from backend.scheduling.cluster import StartMode
-from backend.scheduling.task_events import wanted_on
+from backend.scheduling.task_events import key_text, wanted_on
 from backend.scheduling.transaction import Transaction
 
 ALL_RUNNING = "all tasks are running"  # the reason a job becomes running for
@@ -88,10 +88,7 @@ async def mark_started_many(
         if not wanted_on(task, job, host, key):
             if task is None or task.host_id not in (None, host.id):
                 # Not a late start of an attempt that was stopped: another host's task, or none.
-                security.refused(
-                    f"agent {host.name}",
-                    f"task_started for {key.task} of job {key.job_id} (attempt {key.attempt})",
-                )
+                security.refused(f"agent {host.name}", f"task_started for {key_text(key)}")
             tx.stop(host.name, key, "this attempt should not run")
             continue
         assert task is not None and job is not None

@@ -38,7 +38,7 @@ async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
     )
 
 
-def _key_text(key: TaskKey) -> str:
+def key_text(key: TaskKey) -> str:
     return f"{key.task} of job {key.job_id} (attempt {key.attempt})"
 
 
@@ -126,7 +126,7 @@ async def apply_exit(
     session = tx.session
     task = await find_task(session=session, key=exit.key)
     if task is None or (task.attempt == exit.key.attempt and task.host_id != host.id):
-        security.refused(f"agent {host.name}", f"task_exited for {_key_text(exit.key)}")
+        security.refused(f"agent {host.name}", f"task_exited for {key_text(exit.key)}")
         return
     if task.attempt != exit.key.attempt or task.host_id != host.id:
         return  # an exit of an attempt we no longer track
