@@ -274,6 +274,18 @@ def _lock_text(run: dict[str, Any]) -> str:
     )
 
 
+def _cpu_text(run: dict[str, Any]) -> str:
+    """The server's own CPU over the placement window, per job."""
+    cpu = run.get("placing_server_cpu_seconds")
+    if cpu is None:
+        return ""
+    placed = run["place_and_start_seconds"]
+    return (
+        f"The server used {cpu:.1f} s of CPU meanwhile ({1000 * cpu / run['agents']:.1f} ms "
+        f"per job, {cpu / placed:.2f} cores). "
+    )
+
+
 def scale_rows(scale: dict[str, Any]) -> list[list[str]]:
     """The summary's rows: each target at 1,000 agents (else the largest count measured),
     on each database."""
@@ -497,6 +509,7 @@ def control_notes(recovery: dict[str, Any] | None, scale: dict[str, Any] | None)
                 + (f", with the machine's load average {_loads(largest)}" if loads else "")
                 + ". "
                 + _lock_text(largest)
+                + _cpu_text(largest)
                 + (_sentence(_profile_text(profile)) if profile.get("busy_samples") else "")
             )
         p99, p50 = largest["get_jobs"]["p99_ms"], largest["get_jobs"]["p50_ms"]

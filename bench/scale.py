@@ -401,10 +401,13 @@ def _measure(
             else None
         )
         held_before, passes_before = lock_held(http), passes(http)
+        cpu_before = cpu_seconds(server.process.pid)
         try:
             submitted, placed = _submit_and_wait(http, agents, place_timeout)
         finally:
             profiling.stop(recorder)
+        # The server's own CPU over the window: steadier than its length on a shared machine.
+        placing_cpu = cpu_seconds(server.process.pid) - cpu_before
         held = {by: round(s - held_before.get(by, 0.0), 2) for by, s in lock_held(http).items()}
         placing_passes = passes(http) - passes_before
         placing_profile = (
@@ -423,6 +426,7 @@ def _measure(
                 "place_and_start_seconds": round(placed, 2),
                 "placing_profile": placing_profile,
                 "placing_lock_held_seconds": held,
+                "placing_server_cpu_seconds": round(placing_cpu, 2),
                 "placing_passes": placing_passes,
                 "_window": [],
             }
@@ -469,6 +473,7 @@ def _measure(
             "get_jobs_profile": profiling.summarize(profile, SCALE_STAGES, top=8),
             "placing_profile": placing_profile,
             "placing_lock_held_seconds": held,
+            "placing_server_cpu_seconds": round(placing_cpu, 2),
             "placing_passes": placing_passes,
             "placing_profile_rate": placing_rate,
             "_window": window,
