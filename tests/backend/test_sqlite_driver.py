@@ -4,7 +4,7 @@ and answer as SQLAlchemy's own aiosqlite adapter does: rows, row counts, RETURNI
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 def trips(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Calls queued for aiosqlite's connection threads, by what was called."""
     counted: Counter[str] = Counter()
-    queue = aiosqlite.Connection._execute
+    queue: Callable[..., Awaitable[Any]] = aiosqlite.Connection._execute
 
     async def counting(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
         counted[getattr(fn, "__name__", repr(fn))] += 1
