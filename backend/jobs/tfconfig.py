@@ -27,11 +27,20 @@ def cluster_spec(addresses: TaskAddresses) -> dict[str, list[str]]:
     return cluster
 
 
-def tf_config(addresses: TaskAddresses, role: str, index: int) -> dict[str, Any]:
-    """The TF_CONFIG of one task, as a dict (the agent serialises it into the environment)."""
+def tf_config(
+    addresses: TaskAddresses,
+    role: str,
+    index: int,
+    *,
+    cluster: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    """The TF_CONFIG of one task, as a dict (the agent serialises it into the environment).
+    `cluster`: cluster_spec(addresses) if the caller has it already (one per job placed,
+    not one per task)."""
     if role == Role.evaluator:
         return {
             "cluster": {role: [addresses[(role, index)]]},
             "task": {"type": role, "index": index},
         }
-    return {"cluster": cluster_spec(addresses), "task": {"type": role, "index": index}}
+    training = cluster_spec(addresses) if cluster is None else cluster
+    return {"cluster": training, "task": {"type": role, "index": index}}

@@ -14,7 +14,7 @@ from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
-from backend.jobs.tfconfig import tf_config
+from backend.jobs.tfconfig import cluster_spec, tf_config
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.native import RESEND_SECONDS
 from backend.scheduling.placement import HostCapacity, Ranking, TaskNeed, Unplaceable, place
@@ -135,10 +135,11 @@ class PendingJobs:
             job.reason = slots.reason
             return False
         addresses = {key: f"{slot.address}:{slot.port}" for key, slot in slots.items()}
+        cluster = cluster_spec(addresses)
         for task in waiting:
             slot = slots[(task.role, task.index)]
             task.host_id, task.port, task.gpu_indices = slot.host_id, slot.port, list(slot.gpus)
-            task.tf_config = tf_config(addresses, task.role, task.index)
+            task.tf_config = tf_config(addresses, task.role, task.index, cluster=cluster)
             task.status, task.pid, task.exit_code = TaskStatus.scheduled, None, None
             task.started_at = task.finished_at = None
             tx.start(slot.host_name, job, task, force=True)
