@@ -28,14 +28,13 @@ from agents.vocabulary import Role, format_task_name
 from backend import security
 from backend.db import in_pages, utcnow
 from backend.hosts.changes import TaskRow, note_tasks
-from backend.hosts.models import Host
 from backend.jobs.events import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_events
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.jobs.versioning import PAGE, VersionedRow, raise_if_stale, versioned_update
 from backend.scheduling.cluster import StartMode
-from backend.scheduling.task_events import key_text, wanted_on
+from backend.scheduling.task_events import NamedHost, key_text, wanted_on
 from backend.scheduling.transaction import Transaction
 
 ALL_RUNNING = "all tasks are running"  # the reason a job becomes running for
@@ -69,7 +68,7 @@ class _Task:
 async def mark_started_many(
     *,
     tx: Transaction,
-    starts: Sequence[tuple[Host, TaskKey, int]],
+    starts: Sequence[tuple[NamedHost, TaskKey, int]],
     modes: Mapping[TaskKey, StartMode] | None = None,
 ) -> None:
     """Apply agents' reports that they started these attempts (warm or cold, where `modes`
@@ -152,7 +151,7 @@ async def _load(
 
 
 def _started_event(
-    task: _Task, host: Host, pid: int, mode: StartMode | None, now: datetime
+    task: _Task, host: NamedHost, pid: int, mode: StartMode | None, now: datetime
 ) -> StoredEvent:
     data: dict[str, Any] = {"to": "running", "attempt": task.attempt, "pid": pid, "host": host.name}
     if mode is not None:

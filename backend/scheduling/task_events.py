@@ -81,7 +81,16 @@ class ItsJob(Protocol):
     def status(self) -> JobStatus: ...
 
 
-def wanted_on(task: PlacedTask | None, job: ItsJob | None, host: Host, key: TaskKey) -> bool:
+class NamedHost(Protocol):
+    """What a task's start or exit needs of its host: a Host, or a row of its id and name."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+
+
+def wanted_on(task: PlacedTask | None, job: ItsJob | None, host: NamedHost, key: TaskKey) -> bool:
     """Whether this attempt should be running on this host right now."""
     return (
         task is not None
