@@ -74,7 +74,7 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
     def close(self) -> None:
         self._rows.clear()
 
-    async def _run(self, operation: Any, parameters: Any, many: bool) -> None:
+    async def _statement(self, operation: Any, parameters: Any, many: bool) -> None:
         async with self._adapt_connection._execute_mutex:
             connection: aiosqlite.Connection = self._connection  # type: ignore[assignment]
             # aiosqlite's own: queue a call for the connection's thread and await its result.
@@ -85,13 +85,13 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
     def execute(self, operation: Any, parameters: Any = None) -> Any:
         try:
-            return await_(self._run(operation, parameters, False))
+            return await_(self._statement(operation, parameters, False))
         except Exception as error:
             self._adapt_connection._handle_exception(error)
 
     def executemany(self, operation: Any, seq_of_parameters: Any) -> Any:
         try:
-            return await_(self._run(operation, seq_of_parameters, True))
+            return await_(self._statement(operation, seq_of_parameters, True))
         except Exception as error:
             self._adapt_connection._handle_exception(error)
 
