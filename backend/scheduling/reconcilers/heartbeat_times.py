@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from sqlalchemy import select, update
+from typing import cast
+
+from sqlalchemy import Table, bindparam, update
 
 from backend.db import utcnow
 from backend.hosts.changes import note_heartbeats
@@ -13,6 +15,16 @@ from backend.hosts.models import Host
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.transaction import Transaction
+
+_HOSTS = cast(Table, Host.__table__)
+# One statement run for every host heard, by its unique name. Core, not the ORM's bulk
+# UPDATE: that prepared each of a thousand rows in Python (9 ms in one stretch, against
+# 0.5 ms), holding up every request on the event loop once a second.
+_WRITE_TIME = (
+    update(_HOSTS)
+    .where(_HOSTS.c.name == bindparam("host_name"))
+    .values(last_heartbeat_at=bindparam("heard_at"))
+)
 
 
 class HeartbeatTimes:
@@ -31,16 +43,15 @@ class HeartbeatTimes:
         view.heartbeats_recorded_at = now
         view.heard_since_recorded = set()
         now_wall = utcnow()
-        rows = await tx.session.execute(select(Host.name, Host.id).where(Host.name.in_(heard)))
         note_heartbeats(tx.session)
+        # A host forgotten since it was heard matches no row, and is written nowhere.
         await tx.session.execute(
-            update(Host),
+            _WRITE_TIME,
             [
                 {
-                    "id": host_id,
-                    "last_heartbeat_at": now_wall
-                    - timedelta(seconds=now - view.last_heard.get(name, now)),
+                    "host_name": name,
+                    "heard_at": now_wall - timedelta(seconds=now - view.last_heard.get(name, now)),
                 }
-                for name, host_id in rows.all()
+                for name in heard
             ],
         )

@@ -40,3 +40,14 @@ async def test_at_most_once_per_heartbeat_period(world: World) -> None:
     world.view.heard_from("host-a")
     await world.run(times)
     assert world.view.heard_since_recorded == {"host-a"}  # kept for a later pass
+
+
+async def test_a_host_heard_but_no_longer_stored_is_passed_over(world: World) -> None:
+    await world.host("host-a")
+    world.view.heard_from("host-a")
+    world.view.heard_from("host-gone")  # heard, then removed before the pass wrote it
+    await world.run(HeartbeatTimes(view=world.view, pace=world.pace))
+    assert await heartbeat_at(world, "host-gone") is None
+    written = await heartbeat_at(world, "host-a")
+    assert written is not None
+    assert abs((utcnow() - written).total_seconds()) < 1.5
