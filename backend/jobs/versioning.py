@@ -12,10 +12,12 @@ matched. A job it did not match changed under the flush, which fails as SQLAlche
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Table, event, inspect, literal, select, union_all, update
+from sqlalchemy import Table, Update, bindparam, event, inspect, select, union_all, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -33,6 +35,15 @@ PAGE = 200  # jobs per statement (bound parameters stay well under SQLite's limi
 
 # A job to write: its id, the version it was read at, and its new values by column name.
 VersionedRow = tuple[int, int, dict[str, Any]]
+NO_JOB = -1  # an id and a version no job has (ids start at 1)
+
+
+@dataclass(frozen=True)
+class VersionedUpdate:
+    """The statement that writes a page of jobs, and their values as its parameters."""
+
+    statement: Update
+    parameters: dict[str, Any]
 
 
 @event.listens_for(Session, "before_flush")
@@ -53,7 +64,8 @@ def _update_jobs_together(session: Session, _context: object, _instances: object
         for first in range(0, len(jobs), PAGE):
             page = jobs[first : first + PAGE]
             rows = [(job.id, _version_read(job), values) for job, values in page]
-            matched = set(connection.scalars(versioned_update(keys, rows)))
+            written = versioned_update(keys, rows)
+            matched = set(connection.scalars(written.statement, written.parameters))
             raise_if_stale(rows, matched)
             for job, values in page:
                 version = _version_read(job)
@@ -79,19 +91,48 @@ def _changes(job: Job) -> dict[str, Any] | None:
     return values
 
 
-def versioned_update(keys: Sequence[str], rows: Iterable[VersionedRow]) -> Any:
+def versioned_update(keys: Sequence[str], rows: Sequence[VersionedRow]) -> VersionedUpdate:
     """UPDATE jobs SET <keys> FROM (the rows) WHERE id and version match, RETURNING id: each
-    row is a job's id, the version it was read at and its new values (under `keys`)."""
+    row is a job's id, the version it was read at and its new values (under `keys`). The
+    statement and its parameters, to execute together."""
+    keys = tuple(keys)
+    size = _size_for(len(rows))
+    parameters: dict[str, Any] = {}
+    # Rows past the last job's repeat its values under an id no job has: they match nothing.
+    padding = (NO_JOB, NO_JOB, rows[-1][2])
+    for n, (job_id, version, values) in enumerate([*rows, *[padding] * (size - len(rows))]):
+        parameters[f"row{n}_id"] = job_id
+        parameters[f"row{n}_version"] = version
+        for key in keys:
+            parameters[f"row{n}_{key}"] = values[key]
+    return VersionedUpdate(_statement(keys, size), parameters)
+
+
+def _size_for(rows: int) -> int:
+    """The statement's number of rows for this many: the next power of two, at most PAGE,
+    so that a few statements serve every pass."""
+    if not 0 < rows <= PAGE:
+        raise ValueError(f"a versioned update writes 1 to {PAGE} jobs, not {rows}")
+    return min(PAGE, 1 << (rows - 1).bit_length())
+
+
+@lru_cache(maxsize=64)
+def _statement(keys: tuple[str, ...], size: int) -> Update:
+    """The UPDATE for `size` rows of these columns, with a bound parameter per value: built
+    once. Building it with each pass's values as literals took 6.5 ms per hundred jobs
+    (SQLAlchemy's annotations of each SELECT's columns), and a new shape compiled afresh."""
     table = cast(Table, Job.__table__)
     columns = table.c
+
+    def value(name: str, n: int) -> Any:
+        column = columns[name]
+        # Not "<column>_<n>": SQLAlchemy names its own anonymous parameters so.
+        return bindparam(f"row{n}_{name}", type_=column.type).label(name)
+
     changed = union_all(
         *(
-            select(
-                literal(job_id, columns.id.type).label("id"),
-                literal(version, columns.version.type).label("version"),
-                *(literal(values[key], columns[key].type).label(key) for key in keys),
-            )
-            for job_id, version, values in rows
+            select(value("id", n), value("version", n), *(value(key, n) for key in keys))
+            for n in range(size)
         )
     ).subquery("changed")
     return (

@@ -189,7 +189,9 @@ async def _write_jobs(
     for keys, rows in shapes.items():
         for first in range(0, len(rows), PAGE):
             page = rows[first : first + PAGE]
-            raise_if_stale(page, set(await session.scalars(versioned_update(keys, page))))
+            written = versioned_update(keys, page)
+            matched = await session.scalars(written.statement, written.parameters)
+            raise_if_stale(page, set(matched))
 
 
 async def _write_tasks(

@@ -14,6 +14,7 @@ from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.jobs.versioning import PAGE, versioned_update
 from tests.backend.conftest import count_updates
 from tests.support.factories import make_spec
 
@@ -100,3 +101,30 @@ async def test_a_job_with_other_changes_is_written_by_itself(engine: AsyncEngine
         jobs = await loaded(session, ids)
         assert {job.reason for job in jobs} == {"noted"}
         assert jobs[0].spec["description"] == "changed"
+
+
+async def test_each_job_gets_its_own_values_from_a_padded_statement(engine: AsyncEngine) -> None:
+    ids = await stored_jobs(engine, 5)  # written by the statement for eight rows
+    async with session_factory(engine)() as session:
+        for job in await loaded(session, ids):
+            job.reason = f"reason of job {job.id}"
+        await session.commit()
+    async with session_factory(engine)() as session:
+        assert [job.reason for job in await loaded(session, ids)] == [
+            f"reason of job {job_id}" for job_id in ids
+        ]
+
+
+def test_a_statement_serves_every_page_up_to_its_size() -> None:
+    def page(count: int) -> list[tuple[int, int, dict[str, object]]]:
+        return [(job_id, 1, {"reason": "r"}) for job_id in range(1, count + 1)]
+
+    five, eight, nine = (versioned_update(["reason"], page(n)) for n in (5, 8, 9))
+    assert five.statement is eight.statement
+    assert nine.statement is not eight.statement
+    # The rows past the jobs match no job.
+    assert [five.parameters[f"row{n}_id"] for n in range(8)] == [1, 2, 3, 4, 5, -1, -1, -1]
+    assert versioned_update(["reason"], page(PAGE)).parameters[f"row{PAGE - 1}_id"] == PAGE
+    for count in (0, PAGE + 1):
+        with pytest.raises(ValueError, match=f"1 to {PAGE} jobs, not {count}"):
+            versioned_update(["reason"], page(count))
