@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-
 from typing import cast
 
 from sqlalchemy import Table, bindparam, update
