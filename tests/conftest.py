@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,9 @@ class Api:
         return self.app.state.sessions()  # type: ignore[attr-defined, no-any-return]
 
 
-@pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
-    app = create_app(make_settings(database_url, tmp_path / "data"))
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[Api]:
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
@@ -127,3 +128,19 @@ async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
         ) as http:
             yield Api(http=http, app=app)
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    async with serving(make_settings(database_url, tmp_path / "data")) as served:
+        yield served
+
+
+@pytest.fixture
+async def quiet_api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """As `api`, but its controller passes only when a request wakes it, never on its own
+    period: for tests that arrange jobs directly in the database, where a pass meanwhile
+    writes them too (a pending job's reason) and one of the two writes fails as stale."""
+    settings = make_settings(database_url, tmp_path / "data", reconcile_seconds=3600.0)
+    async with serving(settings) as served:
+        yield served

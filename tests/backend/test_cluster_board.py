@@ -25,6 +25,7 @@ from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.controller import Change, Controller
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.transaction import Transaction
@@ -119,9 +120,19 @@ async def _tasks(api: Api, job_id: int) -> dict[str, Task]:
         return {t.name: t for t in await session.scalars(select(Task).where(Task.job_id == job_id))}
 
 
+async def _as_the_controller(api: Api, change: Change[None]) -> None:
+    """Apply a change to jobs, tasks or hosts through the controller, as every change is: a
+    write from outside, alongside its passes, could meet a job they had just changed (its
+    version) and fail."""
+    controller: Controller = api.app.state.controller  # type: ignore[attr-defined]
+    await controller.apply(change)
+
+
 async def _write_tasks(api: Api, job_id: int, **changes: dict[str, Any]) -> None:
     """Set fields of the job's tasks by name, in one transaction, as the controller would."""
-    async with api.session() as session:
+
+    async def write(tx: Transaction) -> None:
+        session = tx.session
         hosts = {h.name: h.id for h in await session.scalars(select(Host))}
         for task in await session.scalars(select(Task).where(Task.job_id == job_id)):
             for field, value in changes.get(task.name, {}).items():
@@ -129,7 +140,8 @@ async def _write_tasks(api: Api, job_id: int, **changes: dict[str, Any]) -> None
                     task.host_id = None if value is None else hosts[value]
                 else:
                     setattr(task, field, value)
-        await session.commit()
+
+    await _as_the_controller(api, write)
 
 
 async def _hosts_and_a_job(api: Api, hosts: dict[str, int]) -> int:
@@ -211,11 +223,12 @@ async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
     assert view["hosts"][0]["heartbeat_age_seconds"] >= 30
 
     # host-b lost; then its job is done, and host-a is forgotten (rows deleted past the ORM).
-    async with api.session() as session:
-        host_b_row = await session.scalar(select(Host).where(Host.name == "host-b"))
+    async def lose_host_b(tx: Transaction) -> None:
+        host_b_row = await tx.session.scalar(select(Host).where(Host.name == "host-b"))
         assert host_b_row is not None
         host_b_row.status = HostStatus.lost
-        await session.commit()
+
+    await _as_the_controller(api, lose_host_b)
     view = await _same_as_read_afresh(api)
     assert view["totals"] == {
         "hosts": 2,
@@ -226,9 +239,11 @@ async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
     }
     finished = {n: {"status": TaskStatus.succeeded} for n in ("chief:0", "worker:0", "worker:1")}
     await _write_tasks(api, job_id, **finished)
-    async with api.session() as session:
-        (await session.get_one(Job, job_id)).status = JobStatus.succeeded
-        await session.commit()
+
+    async def succeed(tx: Transaction) -> None:
+        (await tx.session.get_one(Job, job_id)).status = JobStatus.succeeded
+
+    await _as_the_controller(api, succeed)
     assert (await api.http.delete("/hosts/host-a")).status_code == 200
     view = await _same_as_read_afresh(api)
     assert [h["name"] for h in view["hosts"]] == ["host-b"]
