@@ -134,7 +134,7 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 ROUTER_ERRORS = error_responses(401, 403, 422)
 
 
-def closed_query(request: Request) -> None:
+async def closed_query(request: Request) -> None:
     """A dependency that refuses query parameters the route does not take (422 naming them),
     so that a misspelt filter (`?stauts=running`) is an error rather than silently ignored."""
     route = request.scope.get("route")

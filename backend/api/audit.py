@@ -24,7 +24,7 @@ router = APIRouter(
 )
 
 
-def client_source(request: Request) -> str | None:
+async def client_source(request: Request) -> str | None:
     """Where a request came from, as the server saw it: behind a reverse proxy this is the
     proxy's address (the server trusts no forwarded-for header)."""
     return request.client.host if request.client is not None else None

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, Response, status
 from fastapi.responses import FileResponse
+from starlette.requests import HTTPConnection
 
 from backend.api.body import declared_length
 from backend.api.deps import (
@@ -17,6 +18,7 @@ from backend.api.deps import (
     SessionDep,
     SignedInPrincipal,
     app_state,
+    on_the_loop,
     require,
 )
 from backend.auth import Principal, TokenKind
@@ -40,11 +42,11 @@ BundleFetcher = Annotated[
 ]
 
 
-def get_code_store(request: Request) -> CodeStore:
-    return app_state(request, "code", CodeStore)
+def get_code_store(connection: HTTPConnection) -> CodeStore:
+    return app_state(connection, "code", CodeStore)
 
 
-CodeStoreDep = Annotated[CodeStore, Depends(get_code_store)]
+CodeStoreDep = Annotated[CodeStore, Depends(on_the_loop(get_code_store))]
 
 
 @router.put(

@@ -106,20 +106,32 @@ def get_cluster_board(connection: HTTPConnection) -> ClusterBoard:
     return app_state(connection, "cluster_board", ClusterBoard)
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+def on_the_loop(getter: Callable[[HTTPConnection], T]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """The getter as a dependency run on the event loop: FastAPI runs a plain `def` dependency
+    in its thread pool, a round trip to another thread per dependency and request (a dozen
+    for a submission) for a look-up that never blocks."""
+
+    async def dependency(connection: HTTPConnection) -> T:
+        return getter(connection)
+
+    dependency.__name__ = getter.__name__
+    return dependency
+
+
+SettingsDep = Annotated[Settings, Depends(on_the_loop(get_settings))]
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 # For websocket routes: they open a short session per step instead of holding one as long as
 # the socket is open.
-SessionsDep = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
-ControllerDep = Annotated[Controller, Depends(get_controller)]
-IntakeDep = Annotated[JobIntake, Depends(get_intake)]
-LogStoreDep = Annotated[LogStore, Depends(get_logs)]
-IngestorDep = Annotated[Ingestor, Depends(get_ingestor)]
-BrokerDep = Annotated[Broker, Depends(get_broker)]
-RuntimeLinksDep = Annotated[RuntimeLinks, Depends(get_runtime_links)]
-HubDep = Annotated[AgentHub, Depends(get_hub)]
-UsageDep = Annotated[UsageBoard, Depends(get_usage)]
-ClusterBoardDep = Annotated[ClusterBoard, Depends(get_cluster_board)]
+SessionsDep = Annotated[async_sessionmaker[AsyncSession], Depends(on_the_loop(get_sessions))]
+ControllerDep = Annotated[Controller, Depends(on_the_loop(get_controller))]
+IntakeDep = Annotated[JobIntake, Depends(on_the_loop(get_intake))]
+LogStoreDep = Annotated[LogStore, Depends(on_the_loop(get_logs))]
+IngestorDep = Annotated[Ingestor, Depends(on_the_loop(get_ingestor))]
+BrokerDep = Annotated[Broker, Depends(on_the_loop(get_broker))]
+RuntimeLinksDep = Annotated[RuntimeLinks, Depends(on_the_loop(get_runtime_links))]
+HubDep = Annotated[AgentHub, Depends(on_the_loop(get_hub))]
+UsageDep = Annotated[UsageBoard, Depends(on_the_loop(get_usage))]
+ClusterBoardDep = Annotated[ClusterBoard, Depends(on_the_loop(get_cluster_board))]
 
 _bearer = HTTPBearer(auto_error=False, description="An admin token (printed by `strata up`).")
 

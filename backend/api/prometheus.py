@@ -20,7 +20,7 @@ router = APIRouter(
 )
 
 
-def get_scraper(connection: HTTPConnection) -> Scraper:
+async def get_scraper(connection: HTTPConnection) -> Scraper:
     return app_state(connection, "scraper", Scraper)
 
 

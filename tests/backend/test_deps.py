@@ -3,10 +3,14 @@ names what is missing when the application's lifespan has not built it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import fastapi.dependencies.utils
 import pytest
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from backend.api import deps
@@ -14,6 +18,7 @@ from backend.app import create_app
 from backend.scheduling.controller import Controller
 from backend.streams.logs import LogStore
 from tests.conftest import Api, make_settings
+from tests.support.factories import make_spec
 
 
 def connection(app: FastAPI) -> HTTPConnection:
@@ -47,3 +52,32 @@ async def test_each_getter_returns_what_the_lifespan_built(api: Api) -> None:
         (deps.get_hub, "hub"),
     ]:
         assert getter(at) is getattr(app.state, name)
+
+
+async def test_no_dependency_runs_in_the_thread_pool(api: Api, monkeypatch: Any) -> None:
+    """FastAPI runs a plain `def` dependency in a worker thread: a round trip per dependency
+    and request, which under load waits its turn for the interpreter. None of ours blocks."""
+    pooled: list[str] = []
+
+    async def noted(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        pooled.append(getattr(call, "__name__", repr(call)))
+        return await run_in_threadpool(call, *args, **kwargs)
+
+    monkeypatch.setattr(fastapi.dependencies.utils, "run_in_threadpool", noted)
+    created = await api.http.post("/jobs", json=make_spec())
+    assert created.status_code == 201
+    job = created.json()["id"]
+    for path in (
+        "/jobs",
+        f"/jobs/{job}",
+        f"/jobs/{job}/events",
+        "/cluster",
+        "/hosts",
+        "/audit",
+        "/tokens",
+        "/me",
+        "/projects",
+    ):
+        response = await api.http.get(path)
+        assert response.status_code == 200, (path, response.text)
+    assert pooled == []
