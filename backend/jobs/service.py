@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any, cast
 
 from pydantic import TypeAdapter
-from sqlalchemy import ColumnElement, Row, Table, func, insert, or_, select
+from sqlalchemy import ColumnElement, Table, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
@@ -25,6 +27,7 @@ from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.json_rows import JsonRows
 from backend.teams import service as teams_service
 
 WAITING = "waiting to be placed"  # a new job's reason
@@ -173,7 +176,7 @@ async def list_jobs(
 ) -> tuple[list[JobRead], int]:
     """A page of jobs, newest first, and the total that match the filters: every tag in
     `tags`, `text` in the name or the description (any case), and one of `project_ids`
-    (None: any project). Read as plain rows, not ORM objects: a page of fifty jobs is five
+    (None: any project). Read as plain values, not ORM objects: a page of fifty jobs is five
     hundred tasks, and loading them into the session cost most of the request."""
     filters: list[ColumnElement[bool]] = []
     if project_ids is not None:
@@ -193,46 +196,51 @@ async def list_jobs(
                 _JOBS.c.spec["description"].as_string().icontains(text, autoescape=True),
             )
         )
-    total = await session.scalar(select(func.count(_JOBS.c.id)).where(*filters))
-    jobs = (
-        await session.execute(
-            select(*_JOB_COLUMNS)
-            .where(*filters)
-            .order_by(_JOBS.c.id.desc())
-            .limit(limit)
-            .offset(offset)
-        )
-    ).all()
-    tasks = await _task_reads(session, [job.id for job in jobs])
-    return [_job_read(job, tasks[job.id]) for job in jobs], int(total or 0)
+    return await _job_views(session, filters, limit=limit, offset=offset)
 
 
 async def read_job(*, session: AsyncSession, job_id: int) -> JobRead:
-    """A job's view, read as plain rows as for the list (a reader changes nothing)."""
-    job = (await session.execute(select(*_JOB_COLUMNS).where(_JOBS.c.id == job_id))).first()
-    if job is None:
+    """A job's view, read as for the list (a reader changes nothing)."""
+    views, _ = await _job_views(session, [_JOBS.c.id == job_id], limit=1, offset=0)
+    if not views:
         raise NotFound(f"job {job_id} does not exist")
-    return _job_read(job, (await _task_reads(session, [job_id]))[job_id])
+    return views[0]
 
 
-async def _task_reads(session: AsyncSession, job_ids: list[int]) -> dict[int, list[TaskRead]]:
-    """The views of these jobs' tasks, with their hosts' names, by job."""
-    tasks: dict[int, list[TaskRead]] = {job_id: [] for job_id in job_ids}
-    if not job_ids:
-        return tasks
-    rows = await session.execute(
-        select(*_TASK_ROW_COLUMNS)
-        .select_from(_TASKS.outerjoin(_HOSTS, _TASKS.c.host_id == _HOSTS.c.id))
-        .where(_TASKS.c.job_id.in_(job_ids))
-        .order_by(_TASKS.c.id)
+async def _job_views(
+    session: AsyncSession, filters: list[ColumnElement[bool]], *, limit: int, offset: int
+) -> tuple[list[JobRead], int]:
+    """The page of jobs that match the filters, newest first, with their tasks, and how many
+    match: one statement that returns one row (JsonRows says why)."""
+    page = (
+        select(*_JOB_COLUMNS)
+        .where(*filters)
+        .order_by(_JOBS.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+        .subquery("page")
     )
-    fields = [dict(zip(_TASK_ROW_KEYS, row, strict=True)) for row in rows]
-    for task in fields:
+    jobs = JsonRows({column.key: column for column in page.c})
+    tasks = JsonRows(_TASK_COLUMNS)
+    statement = select(
+        select(func.count(_JOBS.c.id)).where(*filters).scalar_subquery(),
+        select(jobs).select_from(page).scalar_subquery(),
+        select(tasks)
+        .select_from(_TASKS.outerjoin(_HOSTS, _TASKS.c.host_id == _HOSTS.c.id))
+        .where(_TASKS.c.job_id.in_(select(page.c.id)))
+        .scalar_subquery(),
+    )
+    total, job_values, task_values = (await session.execute(statement)).one()
+    task_rows = sorted(tasks.decode(task_values), key=itemgetter("id"))
+    for task in task_rows:
         task["name"] = format_task_name(task["role"], task["index"])
         task["gpus"] = task["gpus"] or []
-    for task, view in zip(fields, _TASK_VIEWS.validate_python(fields), strict=True):
-        tasks[task["job_id"]].append(view)
-    return tasks
+    by_job: dict[int, list[TaskRead]] = defaultdict(list)
+    for task, view in zip(task_rows, _TASK_VIEWS.validate_python(task_rows), strict=True):
+        by_job[task["job_id"]].append(view)
+    job_rows = sorted(jobs.decode(job_values), key=itemgetter("id"), reverse=True)
+    views = [_job_read(SimpleNamespace(**job), by_job[job["id"]]) for job in job_rows]
+    return views, int(total)
 
 
 async def job_exists(*, session: AsyncSession, job_id: int) -> bool:
@@ -316,14 +324,15 @@ _TASK_FIELDS = (
     "started_at",
     "finished_at",
 )
-# A task's view as read: its job, TaskRead's same-named fields, its GPUs and its host's name.
-_TASK_ROW_KEYS = ("job_id", *_TASK_FIELDS, "gpus", "host")
-_TASK_ROW_COLUMNS = (
-    _TASKS.c.job_id,
-    *(_TASKS.c[field] for field in _TASK_FIELDS),
-    _TASKS.c.gpu_indices,
-    _HOSTS.c.name,
-)
+# A task's view as read: its id and job, TaskRead's same-named fields, its GPUs and its
+# host's name.
+_TASK_COLUMNS: dict[str, ColumnElement[Any]] = {
+    "id": _TASKS.c.id,
+    "job_id": _TASKS.c.job_id,
+    **{field: _TASKS.c[field] for field in _TASK_FIELDS},
+    "gpus": _TASKS.c.gpu_indices,
+    "host": _HOSTS.c.name,
+}
 # Five hundred tasks' views validated in one call: a model built per row cost twice as much.
 _TASK_VIEWS = TypeAdapter(list[TaskRead])
 
@@ -332,8 +341,8 @@ def job_read(job: Job) -> JobRead:
     return _job_read(job, [task_read(task) for task in job.tasks])
 
 
-def _job_read(job: Job | Row[Any] | SimpleNamespace, tasks: list[TaskRead]) -> JobRead:
-    """A job's view, from a Job, a row of _JOB_COLUMNS or the values just inserted, with its
+def _job_read(job: Job | SimpleNamespace, tasks: list[TaskRead]) -> JobRead:
+    """A job's view, from a Job, a page's values or the values just inserted, with its
     tasks' views."""
     spec = JobSpec.model_validate(job.spec, strict=False)
     return JobRead(
