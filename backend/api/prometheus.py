@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import HTTPConnection
 
-from backend.api.deps import ReaderPrincipal, SessionDep, app_state
+from backend.api.deps import ReaderPrincipal, SessionDep, app_state, on_the_loop
 from backend.errors import closed_query, error_responses
 from backend.monitoring.scrape import Scraper
 
@@ -20,8 +20,11 @@ router = APIRouter(
 )
 
 
-async def get_scraper(connection: HTTPConnection) -> Scraper:
+def get_scraper(connection: HTTPConnection) -> Scraper:
     return app_state(connection, "scraper", Scraper)
+
+
+ScraperDep = Annotated[Scraper, Depends(on_the_loop(get_scraper))]
 
 
 @router.get(
@@ -38,7 +41,7 @@ async def get_scraper(connection: HTTPConnection) -> Scraper:
 async def prometheus_metrics(
     session: SessionDep,
     _: ReaderPrincipal,
-    scraper: Annotated[Scraper, Depends(get_scraper)],
+    scraper: ScraperDep,
 ) -> Response:
     """The server's metrics in the Prometheus text format (an admin or viewer token)."""
     return Response(await scraper.scrape(session=session), media_type=CONTENT_TYPE_LATEST)

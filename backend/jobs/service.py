@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from pydantic import TypeAdapter
-from sqlalchemy import ColumnElement, Table, func, insert, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    Table,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
@@ -178,46 +190,80 @@ async def list_jobs(
     `tags`, `text` in the name or the description (any case), and one of `project_ids`
     (None: any project). Read as plain values, not ORM objects: a page of fifty jobs is five
     hundred tasks, and loading them into the session cost most of the request."""
-    filters: list[ColumnElement[bool]] = []
+    query = _page_query(
+        by_id=False,
+        projects=project_ids is not None,
+        statuses=bool(statuses),
+        name=bool(name),
+        tags=len(tags),
+        text=bool(text),
+    )
+    values: dict[str, Any] = {"limit": limit, "offset": offset}
     if project_ids is not None:
-        filters.append(_JOBS.c.project_id.in_(project_ids))
+        values["project_ids"] = list(project_ids)
     if statuses:
-        filters.append(_JOBS.c.status.in_(statuses))
+        values["statuses"] = [status.value for status in statuses]
     if name:
-        filters.append(_JOBS.c.name == name)
-    for tag in tags:
+        values["name"] = name
+    for n, tag in enumerate(tags):
         # The spec's tags as JSON text, e.g. ["a", "b"]; a tag holds no quote (TAG_PATTERN),
         # so '"tag"' in that text is exactly one of its elements. Same SQL on both databases.
-        filters.append(_JOBS.c.spec["tags"].as_string().contains(f'"{tag}"', autoescape=True))
+        values[f"tag_{n}"] = _like_escaped(f'"{tag}"')
     if text:
-        filters.append(
-            or_(
-                _JOBS.c.name.icontains(text, autoescape=True),
-                _JOBS.c.spec["description"].as_string().icontains(text, autoescape=True),
-            )
-        )
-    return await _job_views(session, filters, limit=limit, offset=offset)
+        values["text"] = _like_escaped(text)
+    return await _job_views(session, query, values)
 
 
 async def read_job(*, session: AsyncSession, job_id: int) -> JobRead:
     """A job's view, read as for the list (a reader changes nothing)."""
-    views, _ = await _job_views(session, [_JOBS.c.id == job_id], limit=1, offset=0)
+    query = _page_query(by_id=True, projects=False, statuses=False, name=False, tags=0, text=False)
+    views, _ = await _job_views(session, query, {"job_id": job_id, "limit": 1, "offset": 0})
     if not views:
         raise NotFound(f"job {job_id} does not exist")
     return views[0]
 
 
-async def _job_views(
-    session: AsyncSession, filters: list[ColumnElement[bool]], *, limit: int, offset: int
-) -> tuple[list[JobRead], int]:
-    """The page of jobs that match the filters, newest first, with their tasks, and how many
-    match: one statement that returns one row (JsonRows says why)."""
+class _PageQuery(NamedTuple):
+    """A page of jobs with their tasks and how many jobs match, as one row: the count, the
+    jobs and their tasks (JsonRows says why), every value a bound parameter."""
+
+    statement: Select[tuple[int, Any, Any]]
+    jobs: JsonRows
+    tasks: JsonRows
+
+
+@functools.lru_cache(maxsize=64)
+def _page_query(
+    *, by_id: bool, projects: bool, statuses: bool, name: bool, tags: int, text: bool
+) -> _PageQuery:
+    """The query for one set of filters, built once: building it took longer than SQLite
+    took to answer it for one job."""
+    filters: list[ColumnElement[bool]] = []
+    if by_id:
+        filters.append(_JOBS.c.id == bindparam("job_id", type_=Integer))
+    if projects:
+        filters.append(_JOBS.c.project_id.in_(bindparam("project_ids", expanding=True)))
+    if statuses:
+        filters.append(_JOBS.c.status.in_(bindparam("statuses", expanding=True)))
+    if name:
+        filters.append(_JOBS.c.name == bindparam("name", type_=String))
+    for n in range(tags):
+        tag = bindparam(f"tag_{n}", type_=String)
+        filters.append(_JOBS.c.spec["tags"].as_string().contains(tag, escape=_LIKE_ESCAPE))
+    if text:
+        text_value = bindparam("text", type_=String)
+        filters.append(
+            or_(
+                _JOBS.c.name.icontains(text_value, escape=_LIKE_ESCAPE),
+                _JOBS.c.spec["description"].as_string().icontains(text_value, escape=_LIKE_ESCAPE),
+            )
+        )
     page = (
         select(*_JOB_COLUMNS)
         .where(*filters)
         .order_by(_JOBS.c.id.desc())
-        .limit(limit)
-        .offset(offset)
+        .limit(bindparam("limit", type_=Integer))
+        .offset(bindparam("offset", type_=Integer))
         .subquery("page")
     )
     jobs = JsonRows({column.key: column for column in page.c})
@@ -230,15 +276,34 @@ async def _job_views(
         .where(_TASKS.c.job_id.in_(select(page.c.id)))
         .scalar_subquery(),
     )
-    total, job_values, task_values = (await session.execute(statement)).one()
-    task_rows = sorted(tasks.decode(task_values), key=itemgetter("id"))
+    return _PageQuery(statement, jobs, tasks)
+
+
+_LIKE_ESCAPE = "/"
+
+
+def _like_escaped(value: str) -> str:
+    """The value matched literally by LIKE with _LIKE_ESCAPE: no '%' or '_' wildcard."""
+    return (
+        value.replace(_LIKE_ESCAPE, _LIKE_ESCAPE * 2)
+        .replace("%", _LIKE_ESCAPE + "%")
+        .replace("_", _LIKE_ESCAPE + "_")
+    )
+
+
+async def _job_views(
+    session: AsyncSession, query: _PageQuery, values: dict[str, Any]
+) -> tuple[list[JobRead], int]:
+    """The page's views, newest first, and how many jobs match."""
+    total, job_values, task_values = (await session.execute(query.statement, values)).one()
+    task_rows = sorted(query.tasks.decode(task_values), key=itemgetter("id"))
     for task in task_rows:
         task["name"] = format_task_name(task["role"], task["index"])
         task["gpus"] = task["gpus"] or []
     by_job: dict[int, list[TaskRead]] = defaultdict(list)
     for task, view in zip(task_rows, _TASK_VIEWS.validate_python(task_rows), strict=True):
         by_job[task["job_id"]].append(view)
-    job_rows = sorted(jobs.decode(job_values), key=itemgetter("id"), reverse=True)
+    job_rows = sorted(query.jobs.decode(job_values), key=itemgetter("id"), reverse=True)
     views = [_job_read(SimpleNamespace(**job), by_job[job["id"]]) for job in job_rows]
     return views, int(total)
 
