@@ -32,7 +32,7 @@ async def test_tags_and_description_are_kept_and_filtered_on(api: Api) -> None:
         tags=["baseline", "team:vision", "lr=0.1"],
         description="ResNet on digits,\nthe 50% learning-rate run",
     )
-    await submit(api, "resnet-b", tags=["baseline"], description="second try")
+    await submit(api, "resnet-b", tags=["baseline"], description="second try/2")
     await submit(api, "plain")  # neither: the defaults
     await submit(api, "ab-job", tags=["ab"])
 
@@ -51,6 +51,8 @@ async def test_tags_and_description_are_kept_and_filtered_on(api: Api) -> None:
     assert await names(api, q="RESNET") == ["resnet-a", "resnet-b"]  # the name, any case
     assert await names(api, q="learning-RATE") == ["resnet-a"]  # the description
     assert await names(api, q="50%") == ["resnet-a"]  # '%' is no wildcard
+    assert await names(api, q="g_rate") == []  # nor '_' ("learning-rate")
+    assert await names(api, q="try/2") == ["resnet-b"]  # '/' (LIKE's escape) is itself
     assert await names(api, q="second", tag="baseline") == ["resnet-b"]
     assert await names(api, q="nothing like it") == []
 
