@@ -17,6 +17,7 @@ from agents.host.containers import DockerEngine
 from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
 from agents.host.identity import StateDirLock, default_state_dir, load_or_create_identity
+from agents.host.ports import PortClaim, default_port_count
 from agents.host.supervisor import Supervisor
 from agents.host.usage import GpuSampler, UsageSampler
 from agents.host.warm_pool import WarmPool, default_memory_budget, default_size
@@ -35,7 +36,7 @@ class AgentConfig:
     token: str
     name: str
     address: str
-    port_range: tuple[int, int]
+    port_range: tuple[int, int]  # where its ports are claimed (see agents/host/ports.py)
     workspace: Path
     gpus: int | None = None  # simulated devices; None asks NVML
     stop_grace_seconds: float = 10.0
@@ -45,6 +46,8 @@ class AgentConfig:
     containers: bool = True  # run environment.image tasks if a Docker engine answers
     warm_pool: int | None = None  # idle warm processes kept; None: one per GPU plus one
     warm_pool_memory: int | None = None  # bytes they may hold; None: a quarter of the host's
+    ports: int | None = None  # how many to claim; None: default_port_count(GPUs)
+    port_lock_dir: Path | None = None  # machine-wide; None: default_lock_dir()
 
 
 def default_address(server_url: str) -> str:
@@ -71,6 +74,12 @@ class Agent:
         self._state_lock = StateDirLock(self.state_dir)
         self._state_lock.acquire()  # held until the process exits
         self.devices: list[Device] = discover(config.gpus)
+        # Held for the agent's life: the only ports it offers (NoFreePorts if none is free).
+        self.ports = PortClaim.claim(
+            config.port_range,
+            default_port_count(len(self.devices)) if config.ports is None else config.ports,
+            config.port_lock_dir,
+        )
         # Keyed by the identity too: a second agent started on this host under the same name
         # (refused by the server, but only once it has said hello) must not take the first
         # one's attempts for its own leftovers and end them at start.
@@ -122,7 +131,7 @@ class Agent:
             name=self.config.name,
             identity=self.identity,
             address=self.config.address,
-            port_range=self.config.port_range,
+            port_range=self.ports.port_range,
             devices=self.devices,
             engine=self.engine_info,
             version=AGENT_VERSION,
@@ -137,9 +146,10 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
         log.info(
-            "agent %s: %d device(s), ports %d-%d, workspace %s",
+            "agent %s: %d device(s), ports %d-%d (claimed in %d-%d), workspace %s",
             self.config.name,
             len(self.devices),
+            *self.ports.port_range,
             *self.config.port_range,
             self.config.workspace,
         )
@@ -169,5 +179,6 @@ class Agent:
         channel.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await channel
+        self.ports.close()  # its tasks are gone: another agent may have the ports
         if channel in done and self.channel.refused:
             raise SystemExit(f"refused by the server: {self.channel.refused}")

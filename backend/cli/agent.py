@@ -13,6 +13,7 @@ import typer
 from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
 from agents.host.bundles import DEFAULT_CACHE_BYTES
 from agents.host.identity import StateDirError
+from agents.host.ports import CPU_TASK_PORTS, NoFreePorts, default_lock_dir
 from agents.memory_size import format_memory, parse_memory
 from backend.config import LOG_LEVELS, read_secret_file
 
@@ -45,10 +46,32 @@ def agent(
     port_range: Annotated[
         str,
         typer.Option(
-            help="Ports for this host's tasks; keep them below the kernel's ephemeral range "
-            "(32768-60999 on Linux) so no outgoing connection can be holding one."
+            help="Where this agent claims ports for its tasks; keep it below the kernel's "
+            "ephemeral range (32768-60999 on Linux) so no outgoing connection can be holding "
+            "one. Agents on one machine may share a range: each claims its own block of it."
         ),
     ] = "20000-20999",
+    ports: Annotated[
+        int | None,
+        typer.Option(
+            envvar="STRATA_AGENT_PORTS",
+            min=1,
+            max=64512,
+            help="How many ports to claim in --port-range: consecutive ones that no other "
+            "agent on this machine holds and nothing listens on, held while the agent runs "
+            f"(fewer if fewer are free). Default: two per GPU plus {CPU_TASK_PORTS}.",
+            show_default=False,
+        ),
+    ] = None,
+    port_lock_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="STRATA_AGENT_PORT_LOCK_DIR",
+            help="The machine-wide directory of the agents' port locks (one file per port); "
+            f"every agent on the machine must use the same one. Default: {default_lock_dir()}.",
+            show_default=False,
+        ),
+    ] = None,
     workspace: Annotated[
         Path, typer.Option(help="Jobs' working_dir resolves under this directory.")
     ] = Path(),
@@ -112,7 +135,7 @@ def agent(
         level=log_level.upper(), format="%(asctime)s agent %(levelname)s %(message)s"
     )
     try:
-        ports = parse_port_range(port_range)
+        port_span = parse_port_range(port_range)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--port-range") from None
     cache_bytes = parse_bundle_cache_bytes(bundle_cache_bytes)
@@ -124,7 +147,9 @@ def agent(
         token=join_token,
         name=name or socket.gethostname(),
         address=address or default_address(server),
-        port_range=ports,
+        port_range=port_span,
+        ports=ports,
+        port_lock_dir=port_lock_dir,
         workspace=workspace.resolve(),
         gpus=gpus,
         ca_file=None if ca_file is None else str(ca_file.resolve()),
@@ -139,7 +164,7 @@ def agent(
         running = Agent(config)
     except ValueError as exc:  # an unusable CA file, a server URL that is not http(s)
         raise typer.BadParameter(str(exc)) from None
-    except StateDirError as exc:
+    except (StateDirError, NoFreePorts) as exc:
         raise SystemExit(f"strata agent: {exc}") from None
     asyncio.run(running.run())
 
