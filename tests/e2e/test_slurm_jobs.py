@@ -2,7 +2,8 @@
 
 `strata server` with the Slurm backend on; Slurm (tests/support/slurm.py) runs the batch
 script, which srun's the real `strata agent` on n1 and n2 with the job's agent token. Both
-nodes are this machine, so the agents' port ranges are told apart by the node's number.
+nodes are this machine and every agent is given the same port range, as on a real cluster: each
+claims its own ports in it machine-wide, so agents sharing a node (or a machine) never collide.
 """
 
 from __future__ import annotations
@@ -31,12 +32,8 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([0-9.]+)")
-# The agent each node runs: the real one, with a port range of its own per node.
-AGENT = (
-    '/bin/sh -c \'exec "$0" agent --workspace {repo} '
-    '--port-range $((21000 + SLURM_NODEID * 100))-$((21099 + SLURM_NODEID * 100)) "$@"\' '
-    "{strata}"
-)
+# The agent each node runs: the real one, every one with the same port range.
+AGENT = "{strata} agent --workspace {repo} --port-range 21000-21099"
 
 
 class Server:
@@ -189,6 +186,29 @@ def test_a_parameter_server_job_runs_as_one_slurm_job_across_both_nodes(server: 
     # The allocation ends with the job: nothing of it is left.
     assert server.cluster.wait_gone_or_ended(slurm_id, timeout=60) in (None, "CANCELLED")
     wait_no_processes(job_id, server=server.url)
+
+
+def test_two_slurm_jobs_sharing_a_node_both_succeed(server: Server) -> None:
+    """Slurm shares a node between jobs: each job's agent runs there, with the same range."""
+    one_node = {"partition": "debug", "time_limit": "10:00", "sbatch_options": ["--nodelist=n1"]}
+    replicas = {
+        "chief": {"count": 1, "gpus": 0},
+        "worker": {"count": 1, "gpus": 1},
+        "ps": {"count": 1, "gpus": 0},
+    }
+    jobs = [
+        server.submit(slurm=one_node, replicas=replicas, restart={"policy": "never"})
+        for _ in range(2)
+    ]
+    running = [server.wait_for(j, "running", lambda job: job["status"] == "running") for j in jobs]
+    assert server.job(jobs[0])["status"] == "running"  # both at once, on one node
+    tasks = [(t["host"], t["port"]) for job in running for t in job["tasks"]]
+    assert {host for host, _ in tasks} == {f"{server.prefix}-{j}-n1" for j in jobs}, tasks
+    ports = [port for _, port in tasks]
+    assert len(ports) == len(set(ports)), tasks  # one machine: each port handed out once
+    for job_id in jobs:
+        server.wait_for(job_id, "succeeded", lambda job: job["status"] == "succeeded")
+        wait_no_processes(job_id, server=server.url)
 
 
 def test_a_killed_worker_restarts_alone_inside_the_allocation(server: Server) -> None:
