@@ -202,13 +202,13 @@ def test_two_slurm_jobs_sharing_a_node_both_succeed(server: Server) -> None:
     ]
     running = [server.wait_for(j, "running", lambda job: job["status"] == "running") for j in jobs]
     assert server.job(jobs[0])["status"] == "running"  # both at once, on one node
+    for job_id in jobs:
+        server.wait_for(job_id, "succeeded", lambda job: job["status"] == "succeeded")
+        wait_no_processes(job_id, server=server.url)
     tasks = [(t["host"], t["port"]) for job in running for t in job["tasks"]]
     assert {host for host, _ in tasks} == {f"{server.prefix}-{j}-n1" for j in jobs}, tasks
     ports = [port for _, port in tasks]
     assert len(ports) == len(set(ports)), tasks  # one machine: each port handed out once
-    for job_id in jobs:
-        server.wait_for(job_id, "succeeded", lambda job: job["status"] == "succeeded")
-        wait_no_processes(job_id, server=server.url)
 
 
 def test_a_killed_worker_restarts_alone_inside_the_allocation(server: Server) -> None:
