@@ -28,7 +28,8 @@ from agents.protocol import (
     server_message,
 )
 from backend.app import create_app
-from backend.cli import app, follow
+from backend.cli import app
+from backend.cli import follow as follow_stream
 from tests.backend.test_agent_channel import hello
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
 from tests.support.factories import make_spec
@@ -104,7 +105,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def short_drain(monkeypatch: pytest.MonkeyPatch) -> None:
     # The scripted agent sends no lines after an exit: nothing to wait for once the job ends.
-    monkeypatch.setattr(follow, "DRAIN_SECONDS", 0.1)
+    monkeypatch.setattr(follow_stream, "DRAIN_SECONDS", 0.1)
 
 
 def strata(*args: str, url: str) -> Result:
