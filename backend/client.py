@@ -15,7 +15,7 @@ from backend.checkpoints.schemas import CheckpointNow, CheckpointRead
 from backend.code.schemas import LIMIT_HEADER as CODE_LIMIT_HEADER
 from backend.code.schemas import CodeBundleRead, CodeManifest
 from backend.hosts.schemas import HostRead
-from backend.jobs.schemas import JobEventRead, JobPage, JobRead
+from backend.jobs.schemas import JobEventRead, JobPage, JobRead, LogPage
 from backend.scheduling.quotas import ProjectQuotaRead
 from backend.teams.schemas import Me, MemberRead, ProjectDetail, ProjectRead, UserRead
 from backend.tokens.schemas import TokenCreated, TokenRead
@@ -191,6 +191,12 @@ class StrataClient:
     def evaluator(self, job_id: int, action: str) -> JobRead:
         return self._request("POST", f"/jobs/{job_id}/evaluator", _JOB, json={"action": action})
 
+    def task_logs(self, job_id: int, task: str, *, tail: int) -> LogPage:
+        """The last `tail` log lines of the task's latest attempt."""
+        return self._request(
+            "GET", f"/jobs/{job_id}/tasks/{task}/logs", _LOG_PAGE, params={"tail": tail}
+        )
+
     def events(self, job_id: int) -> list[JobEventRead]:
         return self._request("GET", f"/jobs/{job_id}/events", _EVENTS)
 
@@ -267,6 +273,7 @@ _CODE = TypeAdapter(CodeBundleRead)
 _MANIFEST = TypeAdapter(CodeManifest)
 _JOB_PAGE = TypeAdapter(JobPage)
 _EVENTS = TypeAdapter(list[JobEventRead])
+_LOG_PAGE = TypeAdapter(LogPage)
 _CHECKPOINT_NOW = TypeAdapter(CheckpointNow)
 _CHECKPOINTS = TypeAdapter(list[CheckpointRead])
 _TOKEN = TypeAdapter(TokenRead)

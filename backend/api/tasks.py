@@ -6,7 +6,6 @@ import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel
 
 from agents.vocabulary import TaskNameText
 from backend.api.audit import ClientSource
@@ -23,7 +22,7 @@ from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
 from backend.jobs import service
-from backend.jobs.schemas import JobRead
+from backend.jobs.schemas import JobRead, LogPage
 from backend.scheduling import restarts
 
 router = APIRouter(
@@ -58,14 +57,6 @@ async def restart_task(
         )
     )
     return await service.read_job(session=session, job_id=job_id)
-
-
-class LogPage(BaseModel):
-    task: str
-    attempt: int
-    first_line: int  # number (0-based) of the first line returned
-    lines: list[str]
-    total_lines: int  # lines in this attempt's log so far; the next offset to ask for
 
 
 @router.get("/{task}/logs", response_model=LogPage, responses=error_responses(404))

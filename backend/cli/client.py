@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agents.runtime_environment import EngineInfo
-from backend.cli import bundle_view
+from backend.cli import bundle_view, job_end
 from backend.cli.bundle_view import describe_bundle
 from backend.cli.follow import follow
 from backend.client import ClientError, ServerUnreachable, StrataClient
@@ -88,7 +88,13 @@ def submit(
         Path, typer.Argument(exists=True, dir_okay=False, help="Job spec (YAML/JSON).")
     ],
     follow_: Annotated[
-        bool, typer.Option("--follow", "-f", help="Stream its logs and progress until it ends.")
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Stream its logs and progress until it ends, then say how it ended; "
+            "exit 0 if it succeeded, 1 if not, 130 on Ctrl-C.",
+        ),
     ] = False,
     code: Annotated[
         Path | None,
@@ -146,17 +152,20 @@ def submit(
 
 
 def _follow_to_the_end(server: str, token: str | None, job_id: int, task: str | None) -> None:
+    """Follow until the job ends, say last how it ended, and exit with job_end's codes."""
     try:
         status = follow(
             server=server, token=token, job_id=job_id, console=console, task_filter=task
         )
     except RuntimeError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(job_end.EXIT_NOT_SUCCEEDED) from None
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    console.print(f"job {job_id} {status}")
-    raise typer.Exit(0 if status == "succeeded" else 1)
+        err_console.print(f"stopped following job {job_id}; it goes on")
+        raise typer.Exit(job_end.EXIT_INTERRUPTED) from None
+    with StrataClient(server, token) as client:
+        code = job_end.say_how_it_ended(client, job_id, status, console)
+    raise typer.Exit(code)
 
 
 def jobs_logs(
@@ -165,7 +174,13 @@ def jobs_logs(
         str | None, typer.Option("--task", "-t", help="Only this task, e.g. chief:0.")
     ] = None,
     follow_: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new lines.")
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new lines until the job ends, then say how it ended; "
+            "exit 0 if it succeeded, 1 if not, 130 on Ctrl-C.",
+        ),
     ] = False,
     server: ServerOption = None,
     token: TokenOption = None,

@@ -66,6 +66,14 @@ class JobPage(BaseModel):
     offset: int
 
 
+class LogPage(BaseModel):
+    task: str
+    attempt: int
+    first_line: int  # number (0-based) of the first line returned
+    lines: list[str]
+    total_lines: int  # lines in this attempt's log so far; the next offset to ask for
+
+
 class JobEventRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 

@@ -206,24 +206,45 @@ def test_submit_follow_streams_logs_and_exits_with_the_outcome(
     )
     assert followed.returncode == 0, followed.stderr
     lines = [
-        line.split(maxsplit=1)[1] for line in followed.stdout.splitlines() if "chief:0 " in line
+        line.split(maxsplit=1)[1]
+        for line in followed.stdout.splitlines()
+        if line.strip().startswith("chief:0 ")
     ]
     assert lines == ["tick 0", "tick 1", "tick 2"]
-    assert followed.stdout.rstrip().endswith("succeeded")
-
     job_id = followed.stdout.split()[1]
+    assert followed.stdout.rstrip().endswith(f"job {job_id} succeeded: chief:0 exited with code 0")
+
     logs = subprocess.run(
         [*STRATA, "jobs", "logs", job_id], env=env, capture_output=True, text=True, timeout=60
     )
     assert logs.returncode == 0
     assert [line.split(maxsplit=1)[1] for line in logs.stdout.splitlines()] == lines
 
-    spec.write_text(yaml.safe_dump(python_job("boom", "raise SystemExit(5)")))
+    boom = "print('loading', flush=True)\nprint('giving up', flush=True)\nraise SystemExit(5)"
+    spec.write_text(yaml.safe_dump(python_job("boom", boom)))
     failed = subprocess.run(
         [*STRATA, "submit", str(spec), "-f"], env=env, capture_output=True, text=True, timeout=120
     )
-    assert failed.returncode == 1
-    assert failed.stdout.rstrip().endswith("failed")
+    assert failed.returncode == 1, failed.stderr
+    failed_id = failed.stdout.split()[1]
+    # It ends with the failing task's last lines and the reason, after whatever came before.
+    ending = [
+        "last lines of chief:0:",
+        "chief:0 loading",
+        "chief:0 giving up",
+        f"job {failed_id} failed: chief:0 exited with code 5",
+    ]
+    assert [line.strip() for line in failed.stdout.splitlines()[-4:]] == ending, failed.stdout
+
+    relogged = subprocess.run(
+        [*STRATA, "jobs", "logs", failed_id, "-f"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert relogged.returncode == 1, relogged.stderr
+    assert [line.strip() for line in relogged.stdout.splitlines()[-4:]] == ending
 
 
 def _succeeded(frame: dict[str, Any]) -> bool:
