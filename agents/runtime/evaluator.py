@@ -15,7 +15,9 @@ often because training has ended: the chief has just written its final checkpoin
 loop may not have reached yet. So the first SIGTERM leaves the loop (mid-evaluation or while
 waiting), evaluates the newest checkpoint unless its step was the last one reported, and
 exits with code 0 so that the points are flushed; the agent's stop grace (SIGTERM → SIGKILL)
-bounds that last evaluation, and a second SIGTERM exits at once.
+bounds that last evaluation, and a second SIGTERM exits at once. Only the end of an
+evaluation, where its results are reported and its step recorded, holds the first SIGTERM
+back until both are done: else that step could be reported twice, or never.
 """
 
 from __future__ import annotations
@@ -71,16 +73,14 @@ def run_sidecar_evaluator(
             "the sidecar evaluator needs a compiled model: build and compile it as for training "
             "(the optimizer restores the step, the compiled loss and metrics are reported)"
         )
-    from agents.runtime.callbacks import strata_metrics_class
-
-    last_evaluated = _last_evaluated_class()()
-    callbacks = [strata_metrics_class()(sink=sink, watch_coordinator=False), last_evaluated]
     keras3 = keras_flavor(model) is KerasFlavor.keras3
     if keras3 and not model.optimizer.built:
         # Keras 3 creates optimizer variables in build(); a restore needs them to exist.
         model.optimizer.build(model.trainable_variables)
     log.info("strata: sidecar evaluator watching %s", directory)
-    with _stop_on_sigterm():
+    with _stop_on_sigterm() as sigterm:
+        metrics = _evaluator_metrics_class()(sigterm, sink=sink, watch_coordinator=False)
+        callbacks = [metrics]
         try:
             if keras3:
                 _evaluate_each(model, data, steps, directory, callbacks, max_evaluations)
@@ -98,7 +98,7 @@ def run_sidecar_evaluator(
             return
         except _Stopping:
             log.info("strata: sidecar evaluator stopping; evaluating the newest checkpoint")
-        _evaluate_newest(model, data, steps, directory, callbacks, last_evaluated.step)
+        _evaluate_newest(model, data, steps, directory, callbacks, metrics.evaluated_step)
         log.info("strata: sidecar evaluator stopped")
         raise SystemExit(0)  # atexit handlers, the metric flush among them, run
 
@@ -137,20 +137,59 @@ class _Stopping(BaseException):
     """
 
 
-def _last_evaluated_class() -> type:
-    import tf_keras as keras
+class _Sigterm:
+    """The SIGTERM handler: the first raises `_Stopping`, a second SystemExit(0) (atexit
+    handlers, the metric flush among them, run). A first one that lands inside `held()` is
+    raised on leaving it instead, so that what the section does is done whole or not at all."""
 
-    class LastEvaluated(keras.callbacks.Callback):  # type: ignore[misc]
-        """Remembers the step of the last evaluation that ran to its end (and was reported)."""
+    def __init__(self) -> None:
+        self.received = 0
+        self.holding = False
+        self.deferred = False
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.step: int | None = None
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received += 1
+        if self.received > 1:
+            log.info("strata: sidecar evaluator stopped before its last evaluation ended")
+            raise SystemExit(0)
+        if self.holding:
+            self.deferred = True
+        else:
+            raise _Stopping
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.deferred:
+            self.deferred = False
+            raise _Stopping
+
+
+def _evaluator_metrics_class() -> type:
+    from agents.runtime.callbacks import strata_metrics_class
+
+    base: Any = strata_metrics_class()
+
+    class EvaluatorMetrics(base):  # type: ignore[misc]
+        """StrataMetrics that also remembers the step of the last evaluation it reported.
+        The report and the record are one section for SIGTERM: a stop between them would
+        evaluate (and report) that step again, or leave it unreported."""
+
+        def __init__(self, sigterm: _Sigterm, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.sigterm = sigterm
+            self.evaluated_step: int | None = None
 
         def on_test_end(self, logs: Any = None) -> None:
-            self.step = int(self.model.optimizer.iterations.numpy())
+            with self.sigterm.held():
+                super().on_test_end(logs)
+                self.evaluated_step = int(self.model.optimizer.iterations.numpy())
 
-    return LastEvaluated
+    return EvaluatorMetrics
 
 
 def _evaluate_newest(
@@ -177,29 +216,19 @@ def _evaluate_newest(
 
 
 @contextlib.contextmanager
-def _stop_on_sigterm() -> Iterator[None]:
-    """The first SIGTERM raises `_Stopping`, a second SystemExit(0) (atexit handlers, the
-    metric flush among them, run); nothing is installed when the script has its own handler
-    or this is not the main thread."""
+def _stop_on_sigterm() -> Iterator[_Sigterm]:
+    """Installs a `_Sigterm` as the SIGTERM handler for the block; it is not installed (and so
+    never fires) when the script has its own handler or this is not the main thread."""
+    sigterm = _Sigterm()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield sigterm
         return
     previous = signal.getsignal(signal.SIGTERM)
     if previous is not signal.SIG_DFL:
-        yield
+        yield sigterm
         return
-    received = 0
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        received += 1
-        if received == 1:
-            raise _Stopping
-        log.info("strata: sidecar evaluator stopped before its last evaluation ended")
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, sigterm)
     try:
-        yield
+        yield sigterm
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -550,6 +550,38 @@ def test_sigterm_evaluates_the_newest_checkpoint_then_exits(
         assert sink.series("eval/loss")[-1] == (8, pytest.approx(final["loss"], rel=1e-5))
 
 
+def test_a_sigterm_between_the_report_and_its_record_reports_the_step_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SIGTERM lands just after the evaluation of ckpt-1 is reported, before its step is
+    # recorded: the stop must wait for the record, or the newest checkpoint (still ckpt-1) is
+    # evaluated and reported again.
+    _final, eval_data = two_checkpoints(tmp_path)
+    ckpts._update_state(str(tmp_path), "ckpt-1", ["ckpt-1"])
+
+    import signal
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # else the evaluator keeps off
+    metrics: Any = strata_metrics_class()
+    report = metrics.on_test_end
+    signalled: list[int] = []
+
+    def report_then_sigterm(self: Any, logs: Any = None) -> None:
+        report(self, logs)
+        if not signalled:
+            signalled.append(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)  # the handler runs before this call returns
+
+    monkeypatch.setattr(metrics, "on_test_end", report_then_sigterm)
+    sink = FakeSink()
+    with pytest.raises(SystemExit) as exited:
+        run_sidecar_evaluator(build_model(), eval_data, directory=str(tmp_path), sink=sink)
+    assert exited.value.code == 0
+    assert signalled == [signal.SIGTERM]
+    assert [step for step, _ in sink.series("eval/loss")] == [4]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_sidecar_evaluator_needs_strata(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STRATA_CHECKPOINT_DIR", raising=False)
     with pytest.raises(NotUnderStrata, match="STRATA_CHECKPOINT_DIR"):
