@@ -24,6 +24,8 @@ from bench.report_warm import warm_throughput_rows, warm_throughput_section
 from bench.text import spread_text as _spread
 
 DOC = REPO / "docs" / "benchmarks.md"
+# Prose kept by hand, not generated: the page's last section, so that every render keeps it.
+DESIGN_NOTES = Path(__file__).with_name("design_notes.md")
 
 HEADER = """\
 # Benchmarks
@@ -635,7 +637,15 @@ def render(
         lines += recovery_section(recovery) + plot_lines("recovery", "Recovery times")
     if scale:
         lines += scale_section(scale) + plot_lines("scale", "Scale")
+    lines += design_notes()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def design_notes() -> list[str]:
+    """The hand-kept design notes behind the figures, when the file is there."""
+    if not DESIGN_NOTES.exists():
+        return []
+    return [DESIGN_NOTES.read_text().rstrip(), ""]
 
 
 def plot_lines(name: str, title: str) -> list[str]:

@@ -1,1 +1,1 @@
-"""Teams: users, projects and each member's role in a project (issue 24)."""
+"""Teams: users, projects and each member's role in a project."""
