@@ -163,6 +163,18 @@ async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision
     return Decision(True, reason)
 
 
+async def after_allocation_ended(*, tx: Transaction, job: Job, reason: str) -> None:
+    """The agents of the job's Slurm allocation are stopping: a requeue (or the Slurm job's
+    end, which the Slurm backend then ends the job for). The job waits for its allocation
+    to come back and is placed there again, a restart that is no failure."""
+    if job.status is JobStatus.pending:
+        return  # sent back already (by an exit from another of the allocation's agents)
+    await replace_job(
+        tx=tx, job=job, reason=f"{reason}; waiting for Slurm to run it again", failure=False
+    )
+    tx.observe(lambda metrics: metrics.restarts.labels(cause="allocation_ended").inc())
+
+
 async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
     """Re-place the whole job by request: every task gets a new attempt (and may move)."""
     job = await tx.session.get(Job, job_id)

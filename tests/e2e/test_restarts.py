@@ -7,7 +7,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +150,13 @@ def test_restarts_a_user_asked_for_leave_the_budget_to_failures(cluster: Cluster
     spec["restart"] = {"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0}
     job = cluster.submit(spec)
     cluster.wait_status(job["id"], "running", timeout=60)
+
+    def running_on(attempt: int) -> Callable[[dict[str, Any]], bool]:
+        return lambda j: j["status"] == "running" and j["tasks"][0]["attempt"] == attempt
+
     for attempt in (1, 2, 3):
         assert cluster.http.post(f"/jobs/{job['id']}/restart").status_code == 200
-        cluster.wait_for(
-            job["id"],
-            lambda j, n=attempt: j["status"] == "running" and j["tasks"][0]["attempt"] == n,
-            120,
-            f"running again on attempt {attempt}",
-        )
+        cluster.wait_for(job["id"], running_on(attempt), 120, f"running again on {attempt}")
     # Training, not just started: the process the kill ends is TensorFlow's.
     cluster.wait_for(
         job["id"],
@@ -166,12 +165,7 @@ def test_restarts_a_user_asked_for_leave_the_budget_to_failures(cluster: Cluster
         "an epoch of attempt 3",
     )
     os.kill(pid_of(cluster, job["id"], "chief:0"), signal.SIGKILL)
-    again = cluster.wait_for(
-        job["id"],
-        lambda j: j["status"] == "running" and j["tasks"][0]["attempt"] == 4,
-        120,
-        "restarted by its policy on attempt 4",
-    )
+    again = cluster.wait_for(job["id"], running_on(4), 120, "restarted by its policy on 4")
     assert (again["restart_count"], again["failure_count"]) == (4, 1)
     assert again["tasks"][0]["failure_count"] == 1
     restarting = [e for e in cluster.events(job["id"]) if e["to_status"] == "restarting"]

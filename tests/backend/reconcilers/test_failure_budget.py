@@ -1,5 +1,6 @@
 """Only failures spend a job's restart budget (spec.restart.max_restarts) and its backoff:
-restarts a user asked for count as restarts and attempts, not as failures."""
+restarts a user asked for, and a Slurm requeue (its allocation's agents stopping), count as
+restarts and attempts, not as failures."""
 
 from __future__ import annotations
 
@@ -58,13 +59,16 @@ async def restart_task_by_request(world: World, job_id: int, name: str) -> Job:
     return job
 
 
-async def fail(world: World, job_id: int, name: str, exit_code: int = 1) -> Job:
-    """The task's current attempt exits with `exit_code`."""
+async def fail(
+    world: World, job_id: int, name: str, exit_code: int = 1, *, agent_stopping: bool = False
+) -> Job:
+    """The task's current attempt exits with `exit_code` (its agent stopping, if said)."""
     task = task_named(await world.load(job_id), name)
     assert task.host is not None
+    exit = TaskExit(key=task.key, exit_code=exit_code, agent_stopping=agent_stopping)
     async with world.sessions() as session:
         tx = Transaction(session=session, backend=world.backend)
-        await apply_exit(tx=tx, host=task.host, exit=TaskExit(key=task.key, exit_code=exit_code))
+        await apply_exit(tx=tx, host=task.host, exit=exit)
         await session.commit()
     return await world.load(job_id)
 
@@ -150,3 +154,42 @@ async def test_a_task_failing_alone_still_ends_the_job_after_max_restarts(world:
     assert job.status is JobStatus.failed
     assert job.reason is not None
     assert job.reason.endswith("gave up after 1 restarts of worker:0"), job.reason
+
+
+SLURM = {"partition": "debug"}
+
+
+async def test_requeues_of_a_slurm_job_cost_it_no_failures(world: World) -> None:
+    await world.host("slurm-7-n1")
+    job_id = await world.job("mirrored", restart=POLICY, slurm=SLURM)
+    world.hub.bound["slurm-7-n1"] = job_id  # the agent its allocation started
+    await world.run(PendingJobs(view=world.view, wake=lambda: None))
+    job = await report_started(world, job_id)
+    for requeues in (1, 2, 3):
+        # Slurm requeues the job: the agent stops, and says so with its tasks' exits.
+        job = await fail(world, job_id, "chief:0", exit_code=-15, agent_stopping=True)
+        assert job.status is JobStatus.pending, job.reason
+        assert (job.restart_count, job.failure_count) == (requeues, 0)
+        chief = task_named(job, "chief:0")
+        assert (chief.attempt, chief.failure_count, chief.host_id) == (requeues, 0, None)
+        assert world.hub.stopping == {"slurm-7-n1"}  # nothing is placed on it meanwhile
+        # Slurm runs it again: the allocation's agent joins anew and the job is placed.
+        world.hub.stopping.clear()
+        world.view.capacity_changed()
+        await world.run(PendingJobs(view=world.view, wake=lambda: None))
+        job = await report_started(world, job_id)
+        assert job.status is JobStatus.running, job.reason
+
+    job = await fail(world, job_id, "chief:0")  # a real failure: its budget is whole
+    assert job.status is JobStatus.restarting, job.reason
+    assert (job.restart_count, job.failure_count) == (4, 1)
+
+
+async def test_a_stopping_native_agent_still_costs_its_jobs_a_failure(world: World) -> None:
+    await world.host("host-a")
+    job = await world.running("mirrored", restart=POLICY)
+    job = await fail(world, job.id, "chief:0", exit_code=-15, agent_stopping=True)
+    assert job.status is JobStatus.restarting, job.reason
+    assert (job.restart_count, job.failure_count) == (1, 1)
+    assert world.hub.stopping == {"host-a"}
+    assert not world.hub.takes_tasks("host-a")
