@@ -38,6 +38,8 @@ class AgentConnection:
         # The job whose allocation started this agent (Slurm: its token names the job). Only
         # that job's tasks are placed on it, and no other job's.
         self.bound_job = bound_job
+        # It said it is stopping (an exit with agent_stopping): no new task goes there.
+        self.leaving = False
         # Task attempts this agent has been found to run: their logs are its to send.
         self.own_attempts: set[tuple[int, str, int]] = set()
         # Its welcome is queued: what is sent to every agent may be sent to it (the
@@ -122,6 +124,17 @@ class AgentHub:
 
     def connected(self, host_name: str) -> bool:
         return host_name in self._connections
+
+    def takes_tasks(self, host_name: str) -> bool:
+        """Whether new tasks may be placed there: connected, and not stopping."""
+        connection = self._connections.get(host_name)
+        return connection is not None and not connection.leaving
+
+    def mark_leaving(self, host_name: str) -> None:
+        connection = self._connections.get(host_name)
+        if connection is not None and not connection.leaving:
+            connection.leaving = True
+            self.changes += 1  # what placement may use changed, as at a detach
 
     def bound_job(self, host_name: str) -> int | None:
         """The job a connected agent was started for (None: any job's tasks may go there)."""

@@ -50,6 +50,9 @@ class NativeAgents:
     def bound_job(self, host: str) -> int | None:
         return self.hub.bound_job(host)
 
+    def leaving(self, host: str) -> None:
+        self.hub.mark_leaving(host)
+
     def due(self, kind: str, key: TaskKey, *, force: bool = False) -> bool:
         """Whether a command of this kind for this attempt may be sent (again) now."""
         now = time.monotonic()
@@ -132,7 +135,7 @@ class NativeAgents:
                     Host.engine,
                 ).where(Host.status == HostStatus.online)
             )
-            if self.hub.connected(row.name)
+            if self.hub.takes_tasks(row.name)
         ]
         devices: dict[int, list[int]] = {}
         for owner, index in await session.execute(

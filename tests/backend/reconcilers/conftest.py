@@ -45,9 +45,20 @@ class FakeHub(AgentHub):
         super().__init__()
         self.names = connected
         self.sent: list[tuple[str, ServerMessage]] = []
+        self.bound: dict[str, int] = {}  # hosts of a Slurm job's allocation: their job
+        self.stopping: set[str] = set()  # hosts whose agent said it is stopping
 
     def connected(self, host_name: str) -> bool:
         return host_name in self.names
+
+    def takes_tasks(self, host_name: str) -> bool:
+        return host_name in self.names and host_name not in self.stopping
+
+    def mark_leaving(self, host_name: str) -> None:
+        self.stopping.add(host_name)
+
+    def bound_job(self, host_name: str) -> int | None:
+        return self.bound.get(host_name)
 
     def count(self) -> int:
         return len(self.names)
