@@ -123,12 +123,15 @@ def restart_in_place(
     task.restart_after = utcnow() + timedelta(seconds=delay)
 
 
-async def replace_job(*, tx: Transaction, job: Job, reason: str, failure: bool) -> None:
+async def replace_job(
+    *, tx: Transaction, job: Job, reason: str, failure: bool, fresh_budget: bool = False
+) -> None:
     """Send the whole job back to placement: new hosts, ports and TF_CONFIG for every task.
-    `failure`: it follows a failure (a lost host), and so counts against the budget."""
+    `failure`: it follows a failure (a lost host), and so counts against the budget.
+    `fresh_budget`: the failures so far are forgiven (a new run of a failed job)."""
     session = tx.session
     job.restart_count += 1
-    job.failure_count += int(failure)
+    job.failure_count = 0 if fresh_budget else job.failure_count + int(failure)
     if job.status is JobStatus.failed:
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
     await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
@@ -138,7 +141,7 @@ async def replace_job(*, tx: Transaction, job: Job, reason: str, failure: bool) 
         if task.status in LIVE_TASK_STATUSES and task.host is not None:
             tx.stop(task.host.name, task.key, reason, force=True)
         task.attempt += 1
-        task.failure_count += int(failure)
+        task.failure_count = 0 if fresh_budget else task.failure_count + int(failure)
         task.status = TaskStatus.pending
         task.host_id = task.port = task.pid = task.exit_code = None
         task.gpu_indices, task.tf_config = [], None
@@ -185,7 +188,12 @@ async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
             f"job {job_id} is {job.status.value}; only a scheduled, running, restarting "
             "or failed job can be restarted"
         )
-    await replace_job(tx=tx, job=job, reason="restart requested", failure=False)
+    # A job that failed (its budget spent, or a failure its policy does not restart) and is
+    # restarted by its user starts a new run, with the whole budget again.
+    gave_up = job.status is JobStatus.failed
+    await replace_job(
+        tx=tx, job=job, reason="restart requested", failure=False, fresh_budget=gave_up
+    )
     tx.observe(lambda metrics: metrics.restarts.labels(cause="requested").inc())
 
 

@@ -143,6 +143,24 @@ async def test_failures_still_end_the_job_after_max_restarts(world: World) -> No
     assert (job.restart_count, job.failure_count) == (3, 2)
 
 
+async def test_a_failed_job_restarted_by_its_user_has_its_whole_budget_again(
+    world: World,
+) -> None:
+    await world.host("host-a")
+    job = await world.running("mirrored", restart={**POLICY, "max_restarts": 1})
+    job = await fail(world, job.id, "chief:0")
+    job = await report_started(world, job.id)
+    job = await fail(world, job.id, "chief:0")
+    assert job.status is JobStatus.failed, job.reason
+
+    job = await restart_job_by_request(world, job.id)
+    assert (job.restart_count, job.failure_count) == (2, 0)
+    assert task_named(job, "chief:0").failure_count == 0
+    job = await fail(world, job.id, "chief:0")
+    assert job.status is JobStatus.restarting, job.reason
+    assert job.failure_count == 1
+
+
 async def test_a_task_failing_alone_still_ends_the_job_after_max_restarts(world: World) -> None:
     await world.host("host-a", gpus=4)
     job = await world.running("parameter_server", restart={**POLICY, "max_restarts": 1})
