@@ -249,8 +249,8 @@ class Controller:
                 max_log_line_chars=self.settings.max_log_line_chars,
             )
         ]
-        first += [m for h, m in tx.outbox.messages if h == hello.name]
-        self._send(Outbox([(h, m) for h, m in tx.outbox.messages if h != hello.name]))
+        first += tx.outbox.take(hello.name)
+        self._send(tx.outbox)
         self.wake()
         return first
 

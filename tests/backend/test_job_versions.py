@@ -3,18 +3,24 @@ applies the change again on fresh state. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 from sqlalchemy.orm.exc import StaleDataError
 
+from agents.protocol import TaskKey
+from backend.hosts.models import Host
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling import task_events
 from backend.scheduling.controller import Controller
+from backend.scheduling.hub import AgentConnection
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
-from tests.support.factories import make_spec
+from tests.support.factories import make_host, make_spec
 
 
 async def submitted(api: Api) -> int:
@@ -102,3 +108,67 @@ async def test_the_cancel_route_stops_what_runs_at_once(api: Api) -> None:
     again = await api.http.post(f"/jobs/{job_id}/cancel")
     assert again.status_code == 409, again.text
     assert "cancelled" in again.json()["detail"]
+
+
+class RecordingAgent:
+    """A websocket an agent connection writes to: it keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, object]] = []
+
+    async def send_text(self, text: str) -> None:
+        self.frames.append(json.loads(text))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        return None
+
+
+async def running_on(api: Api, host_name: str) -> int:
+    """A job whose tasks run on that host (arranged directly: placement is not under test)."""
+    job_id = await submitted(api)
+    for _ in range(5):  # a controller pass may write the job meanwhile (its reason)
+        async with api.session() as session:
+            host = await session.scalar(select(Host).where(Host.name == host_name))
+            assert host is not None
+            job = await session.get_one(Job, job_id, options=[selectinload(Job.tasks)])
+            job.status = JobStatus.running
+            for port, task in enumerate(job.tasks, start=42000):
+                task.host_id, task.port, task.status = host.id, port, TaskStatus.running
+            try:
+                await session.commit()
+            except StaleDataError:
+                continue
+        return job_id
+    raise AssertionError(f"job {job_id} could not be arranged")
+
+
+async def test_a_change_applied_again_sends_its_commands(quiet_api: Api) -> None:
+    """Commands decided by a try that rolled back were never sent: the try that commits
+    sends them, rather than taking them for sent moments ago."""
+    api = quiet_api
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=0)  # no room: the jobs stay where put
+        await session.commit()
+    agent = RecordingAgent()
+    connection = AgentConnection("host-a", agent)  # type: ignore[arg-type]
+    api.app.state.hub.attach(connection)  # type: ignore[attr-defined]
+    cancelled, other = await running_on(api, "host-a"), await submitted(api)
+    controller: Controller = api.app.state.controller  # type: ignore[attr-defined]
+    tries = 0
+
+    async def cancel_one_and_touch_the_other(tx: Transaction) -> None:
+        nonlocal tries
+        tries += 1
+        touched = await tx.session.get_one(Job, other)
+        if tries == 1:
+            await cancel_elsewhere(api, other)  # lands between this read and this write
+        await task_events.request_cancel(tx, job_id=cancelled)  # decides its stops
+        touched.reason = "written from what was read"
+
+    await controller.apply(cancel_one_and_touch_the_other)
+    assert tries == 2
+    await connection.drain()  # everything queued for the agent has been written
+    async with api.session() as session:
+        keys = [t.key for t in await session.scalars(select(Task).where(Task.job_id == cancelled))]
+    stops = [TaskKey.model_validate(f["key"]) for f in agent.frames if f["type"] == "stop_task"]
+    assert sorted(stops, key=str) == sorted(keys, key=str)
