@@ -4,23 +4,28 @@ applies the change again on fresh state. On SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 from sqlalchemy.orm.exc import StaleDataError
 
-from agents.protocol import TaskKey
+from agents.protocol import Hello, TaskExit, TaskKey, Welcome
 from backend.hosts.models import Host
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling import controller as controller_module
 from backend.scheduling import task_events
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
 from tests.support.factories import make_host, make_spec
+
+IDENTITY = "identity-of-host-a-agent"
 
 
 async def submitted(api: Api) -> int:
@@ -172,3 +177,86 @@ async def test_a_change_applied_again_sends_its_commands(quiet_api: Api) -> None
         keys = [t.key for t in await session.scalars(select(Task).where(Task.job_id == cancelled))]
     stops = [TaskKey.model_validate(f["key"]) for f in agent.frames if f["type"] == "stop_task"]
     assert sorted(stops, key=str) == sorted(keys, key=str)
+
+
+async def reported_over_a_concurrent_change(
+    api: Api,
+    monkeypatch: pytest.MonkeyPatch,
+    report: Callable[[TaskExit], Awaitable[object]],
+    first_write: tuple[object, str],
+) -> tuple[int, int]:
+    """A running job's chief exits, and `report` reports it. The first time, another writer
+    changes the job between the controller's read of it and its first write (`first_write`:
+    the module and name of the function that writes first, which is wrapped). Returns the
+    job and how many times that write was tried."""
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=0, identity=IDENTITY)
+        await session.commit()
+    job_id = await running_on(api, "host-a")
+    module, name = first_write
+    write = getattr(module, name)
+    tries = 0
+    read: list[Job] = []  # held: the session keeps only the objects that are referenced
+
+    async def over_a_concurrent_change(**arguments: Any) -> object:
+        nonlocal tries
+        tries += 1
+        session = arguments["session"] if "session" in arguments else arguments["tx"].session
+        read.append(await session.get_one(Job, job_id))  # read here ...
+        if tries == 1:
+            await cancel_elsewhere(api, job_id)  # ... changed elsewhere before this commit
+        return await write(**arguments)
+
+    monkeypatch.setattr(module, name, over_a_concurrent_change)
+    await report(TaskExit(key=TaskKey(job_id=job_id, task="chief:0", attempt=0), exit_code=0))
+    return job_id, tries
+
+
+async def test_an_exit_is_applied_again_when_its_job_changed_meanwhile(
+    quiet_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller: Controller = quiet_api.app.state.controller  # type: ignore[attr-defined]
+
+    async def report(exit: TaskExit) -> None:
+        await controller.on_task_exited("host-a", exit)
+
+    job_id, tries = await reported_over_a_concurrent_change(
+        quiet_api, monkeypatch, report, (task_events, "apply_exit")
+    )
+    # Applied again on fresh state, rather than raised to the agent's channel: the exit is
+    # recorded, in a job the other writer had cancelled meanwhile.
+    assert tries == 2
+    async with quiet_api.session() as session:
+        job = await session.get_one(Job, job_id, options=[selectinload(Job.tasks)])
+        assert (job.status, job.reason) == (JobStatus.cancelled, "elsewhere")
+        assert [(t.status, t.exit_code) for t in job.tasks] == [(TaskStatus.stopped, 0)]
+
+
+async def test_a_hello_is_applied_again_when_a_job_changed_meanwhile(
+    quiet_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller: Controller = quiet_api.app.state.controller  # type: ignore[attr-defined]
+    answers: list[list[object]] = []
+
+    async def report(exit: TaskExit) -> None:
+        hello = Hello(
+            name="host-a",
+            address="127.0.0.1",
+            port_range=(42000, 42099),
+            devices=[],
+            version="test",
+            identity=IDENTITY,
+            finished=[exit],  # it ended while the agent was away
+        )
+        answers.append(list(await controller.on_hello(hello)))
+
+    job_id, tries = await reported_over_a_concurrent_change(
+        quiet_api, monkeypatch, report, (controller_module, "register_host")
+    )
+    assert tries == 2
+    (answer,) = answers
+    assert isinstance(answer[0], Welcome)
+    async with quiet_api.session() as session:
+        job = await session.get_one(Job, job_id, options=[selectinload(Job.tasks)])
+        assert job.status is JobStatus.cancelled
+        assert [(t.status, t.exit_code) for t in job.tasks] == [(TaskStatus.stopped, 0)]
