@@ -46,10 +46,14 @@ class AgentConnection:
         # welcome must be its first frame).
         self.welcomed = False
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
-        self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{host_name}")
+        # Started by the first message: a connection refused before it is sent anything
+        # (a name taken, a clash) leaves no task behind.
+        self._writer: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None
 
     def send(self, message: ServerMessage) -> bool:
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{self.host_name}")
         try:
             self._queue.put_nowait(message)
         except asyncio.QueueFull:
@@ -68,12 +72,15 @@ class AgentConnection:
             await self.websocket.send_text(message.model_dump_json())
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
-        self._writer.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
         with contextlib.suppress(Exception):
             await self.websocket.close(code=code, reason=reason)
 
     async def drain(self) -> None:
         """Wait until everything queued so far has been written (used before closing)."""
+        if self._writer is None:
+            return  # nothing was ever queued
         await self._queue.put(None)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._writer

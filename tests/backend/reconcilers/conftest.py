@@ -81,13 +81,15 @@ class World:
         return HeartbeatPace.from_settings(self.settings)
 
     async def run(self, reconciler: Reconciler) -> Outbox:
-        """One reconciler in its own transaction, committed, its notes applied."""
+        """One reconciler in its own transaction, committed, its notes applied and its
+        commands sent (to the fake hub), as the controller does."""
         async with self.sessions() as session:
             tx = Transaction(session=session, backend=self.backend)
             await reconciler.reconcile(tx)
             await session.commit()
         for note in tx.after_commit:
             note()
+        self.backend.send(tx.outbox)
         return tx.outbox
 
     async def host(
