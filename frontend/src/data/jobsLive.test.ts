@@ -16,7 +16,7 @@ describe("the jobs list between refetches", () => {
   });
 
   it("leaves the list as it was for any other event, or before it loaded", () => {
-    expect(withStatusEvent(page, 2, { kind: "restart", to_status: null, message: "m" })).toBe(page);
+    expect(withStatusEvent(page, 2, { kind: "restart", to_status: "restarting", message: "m" })).toBe(page);
     expect(withStatusEvent(page, 2, { kind: "status", to_status: null, message: "m" })).toBe(page);
     expect(withStatusEvent(null, 2, { kind: "status", to_status: "failed", message: "m" })).toBeNull();
   });

@@ -24,6 +24,11 @@ describe("action outcomes", () => {
     expect(list.map((o) => o.id)).toEqual([4, 3, 2]);
     list = withOutcome(list, 3, "checkpoint", "ok", "written", 5);
     expect(list.map((o) => o.id)).toEqual([3, 4, 2]);
+    list = withOutcome(list, 4, "checkpoint", "error", "refused", 6);
+    expect(list.map((o) => [o.id, o.state])).toEqual([
+      [4, "error"],
+      [2, "pending"],
+    ]);
     for (let id = 5; id < 10; id++) list = withOutcome(list, id, `restart task${id}`, "pending", "…", id);
     expect(list.map((o) => o.id)).toEqual([9, 8, 7, 6].slice(0, MAX_OUTCOMES));
   });
