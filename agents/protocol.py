@@ -23,8 +23,8 @@ from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
 # 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage;
-# 6: Heartbeat.running_unchanged
-PROTOCOL_VERSION = 6
+# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping
+PROTOCOL_VERSION = 7
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -92,6 +92,10 @@ class TaskExit(_Message):
     # What the attempt's processes used together, where its cgroup counts it.
     cpu_seconds: float | None = Field(default=None, ge=0)
     memory_peak_bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
+    # The agent itself was stopping (SIGTERM or SIGINT) when the attempt ended: the end says
+    # nothing about the task. In a Slurm allocation it is the allocation going away (a
+    # requeue), which costs the job no failure.
+    agent_stopping: bool = False
 
 
 Port = Annotated[int, Field(ge=0, le=65535)]

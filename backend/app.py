@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import re
@@ -48,6 +47,7 @@ from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.schema import upgrade_database
+from backend.shutdown import close_within, stop_services
 from backend.slurm.reconcile import SlurmBackend
 from backend.streams.broker import Broker, job_topic
 from backend.streams.events import BROKER, PublishingSession
@@ -143,13 +143,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            for task in background:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await app.state.hub.close_all()
-            await app.state.tensorboards.close()
-            await engine.dispose()
+            # Bounded (backend.shutdown): a service or a close that never ends is logged and
+            # left behind, rather than keeping the server from exiting.
+            await stop_services(background, settings.shutdown_seconds)
+            for what, close in (
+                ("agent connections", app.state.hub.close_all),
+                ("TensorBoards", app.state.tensorboards.close),
+                ("the database engine", engine.dispose),
+            ):
+                await close_within(what, close, settings.shutdown_seconds)
 
     app = FastAPI(
         title="Strata",

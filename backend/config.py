@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     heartbeat_timeout_seconds: float = Field(default=6.0, gt=0)
     stop_grace_seconds: float = Field(default=10.0, ge=0, description="SIGTERM → SIGKILL.")
     reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")
+    shutdown_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long shutdown waits for the background services to end once "
+        "cancelled, then for each of its connections and processes to close; whatever has "
+        "not ended by then is logged and left behind.",
+    )
     log_bytes_per_task: int = Field(default=64 << 20, gt=0, description="Cap per task attempt.")
     max_request_bytes: int = Field(default=1 << 20, gt=0)
     max_code_bytes: int = Field(

@@ -143,8 +143,13 @@ class Agent:
         """Run until SIGTERM or SIGINT, then stop every task before exiting."""
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            self.supervisor.stopping = True  # at once: exits already on their way say so
+            stopping.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
+            loop.add_signal_handler(sig, on_signal)
         log.info(
             "agent %s: %d device(s), ports %d-%d (claimed in %d-%d), workspace %s",
             self.config.name,

@@ -121,6 +121,10 @@ class Supervisor:
         self._unsent_exits: list[TaskExit] = []
         # Where task output lines are cut: the server's limit, from its last welcome.
         self.line_limit = MAX_LOG_LINE
+        # Set as the agent is told to stop: every exit from then on says so, whether the
+        # agent stopped the attempt or the same signal reached it first (Slurm signals
+        # every process of the allocation's step).
+        self.stopping = False
 
     def running(self) -> list[RunningTask]:
         return [RunningTask(key=k, pid=t.pid) for k, t in self._tasks.items()]
@@ -133,6 +137,11 @@ class Supervisor:
         key = command.key
         if key in self._tasks or key in self.finished:
             return  # a resent start: this attempt already runs, or already ran
+        if self.stopping:
+            # Nothing started now would be stopped: the server learns of the agent's end from
+            # its exits and its lost host.
+            log.info("not starting %s of job %s: the agent is stopping", key.task, key.job_id)
+            return
         self._logs[key] = LogBuffer()
         try:
             process = self._attempt(command)
@@ -263,6 +272,8 @@ class Supervisor:
             reap_orphans(keep=keep | (self.warm_pool.pids() if self.warm_pool else set()))
 
     def _finish(self, exit: TaskExit) -> None:
+        if self.stopping:
+            exit = exit.model_copy(update={"agent_stopping": True})
         self.flush_logs(exit.key)  # the last lines travel before the exit
         self.finished[exit.key] = exit
         while len(self.finished) > FINISHED_KEPT:

@@ -39,7 +39,7 @@ from backend.hosts.service import NameClash, connected_clash
 from backend.hosts.usage import UsageBoard
 from backend.scheduling.cluster import StartMode
 from backend.scheduling.controller import Controller
-from backend.scheduling.hub import AgentConnection
+from backend.scheduling.hub import AgentConnection, NameTaken
 from backend.slurm.reconcile import SlurmBackend
 from backend.streams.logs import LogStore
 
@@ -144,7 +144,12 @@ async def agent_channel(
         address=client.host if client else hello.address,
         bound_job=bound_job,
     )
-    replaced = hub.attach(connection)
+    try:
+        replaced = hub.attach(connection)
+    except NameTaken as taken:  # the checks above should have found it: refused all the same
+        clash = connected_clash(hello.name, taken.connected.address)
+        await _refuse(inbound, clash, cause="name_clash")
+        return
     if replaced is not None:
         await replaced.close(1000, "replaced by a newer connection from the same agent")
     engine = hello.engine

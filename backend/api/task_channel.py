@@ -93,33 +93,39 @@ async def task_channel(
 
     link = RuntimeLink(job_id, hello.task, hello.attempt, websocket.send_text)
     key = (job_id, hello.task, hello.attempt)
-    await link.send(TaskWelcome(next_seq=await ingestor.stored_through(key) + 1).model_dump_json())
-    links.attach(link)
-    try:
-        while (message := await inbound.next(runtime_message)) is not None:
-            if isinstance(message, MetricBatch):
-                if len(message.points) > settings.max_metric_batch_points:
-                    await inbound.refuse(
-                        MESSAGE_TOO_BIG,
-                        f"metric batch of {len(message.points)} points is over the limit of "
-                        f"{settings.max_metric_batch_points}",
+    # The attempt's high-water mark is kept in memory while a channel of it is open.
+    with ingestor.channel(key):
+        await link.send(
+            TaskWelcome(next_seq=await ingestor.stored_through(key) + 1).model_dump_json()
+        )
+        links.attach(link)
+        try:
+            while (message := await inbound.next(runtime_message)) is not None:
+                if isinstance(message, MetricBatch):
+                    if len(message.points) > settings.max_metric_batch_points:
+                        await inbound.refuse(
+                            MESSAGE_TOO_BIG,
+                            f"metric batch of {len(message.points)} points is over the limit of "
+                            f"{settings.max_metric_batch_points}",
+                        )
+                        break
+                    stored = await ingestor.submit(key, message.points)
+                    await link.send(Ack(seq=stored).model_dump_json())
+                elif isinstance(message, CheckpointSaved):
+                    checkpoint_id = await _store_checkpoint(
+                        sessions, job_id, directory, link, message
                     )
+                    await link.send(CheckpointAck(name=message.name).model_dump_json())
+                    links.resolve(message.command_id, CommandOutcome(checkpoint_id=checkpoint_id))
+                elif isinstance(message, CommandFailed):
+                    links.resolve(message.id, CommandOutcome(failure=message.reason))
+                elif isinstance(message, TaskHello):
+                    await close(websocket, POLICY_VIOLATION, "task_hello may only be sent once")
                     break
-                stored = await ingestor.submit(key, message.points)
-                await link.send(Ack(seq=stored).model_dump_json())
-            elif isinstance(message, CheckpointSaved):
-                checkpoint_id = await _store_checkpoint(sessions, job_id, directory, link, message)
-                await link.send(CheckpointAck(name=message.name).model_dump_json())
-                links.resolve(message.command_id, CommandOutcome(checkpoint_id=checkpoint_id))
-            elif isinstance(message, CommandFailed):
-                links.resolve(message.id, CommandOutcome(failure=message.reason))
-            elif isinstance(message, TaskHello):
-                await close(websocket, POLICY_VIOLATION, "task_hello may only be sent once")
-                break
-    except WebSocketDisconnect:
-        pass
-    finally:
-        links.detach(link)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            links.detach(link)
 
 
 async def _store_checkpoint(

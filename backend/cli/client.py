@@ -219,7 +219,16 @@ def jobs_ls(
     with connect(server, token) as client:
         page = client.jobs(statuses=status or [], limit=limit, project=project)
     table = Table(
-        "ID", "NAME", "PROJECT", "STATUS", "STRATEGY", "REPLICAS", "RESTARTS", "AGE", "REASON"
+        "ID",
+        "NAME",
+        "PROJECT",
+        "STATUS",
+        "STRATEGY",
+        "REPLICAS",
+        "RESTARTS",
+        "FAILURES",
+        "AGE",
+        "REASON",
     )
     for job in page.items:
         table.add_row(
@@ -230,6 +239,7 @@ def jobs_ls(
             job.strategy,
             _replicas(job.spec),
             str(job.restart_count),
+            str(job.failure_count),  # the restarts that spent the policy's budget
             _age(job.created_at),
             job.reason or "",
         )
@@ -264,7 +274,12 @@ def jobs_show(
         console.print(f"environment: python {escape(environment.python)}", highlight=False)
     for line in code:
         console.print(escape(line), highlight=False, soft_wrap=True)
-    tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "EXIT")
+    console.print(
+        f"restarts: {job.restart_count} ({job.failure_count} after failures, of "
+        f"{job.spec.restart.max_restarts} the policy allows)",
+        highlight=False,
+    )
+    tasks = Table("TASK", "STATUS", "HOST", "PORT", "GPUS", "PID", "ATTEMPT", "FAILURES", "EXIT")
     for task in job.tasks:
         tasks.add_row(
             task.name,
@@ -274,6 +289,7 @@ def jobs_show(
             ",".join(map(str, task.gpus)) or "-",
             str(task.pid or "-"),
             str(task.attempt),
+            str(task.failure_count),
             "-" if task.exit_code is None else str(task.exit_code),
         )
     console.print(tasks)

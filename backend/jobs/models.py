@@ -39,7 +39,10 @@ class Job(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # Every restart (by policy, by request, after a Slurm requeue) counts in restart_count;
+    # only those after a failure count in failure_count, the restart policy's budget.
     restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    failure_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -87,6 +90,9 @@ class Task(Base):
     tf_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     pid: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # The attempts that followed a failure (of this task, or of the job): the per-task
+    # budget of the restart policy. A requested restart adds an attempt but no failure.
+    failure_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     exit_code: Mapped[int | None] = mapped_column(Integer)
     # A restarted attempt is not started before this (the restart policy's backoff).
     restart_after: Mapped[datetime | None] = mapped_column(UTCDateTime)

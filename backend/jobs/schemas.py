@@ -25,6 +25,10 @@ class TaskRead(BaseModel):
     gpus: list[int]
     pid: int | None
     attempt: int
+    failure_count: int = Field(
+        description="How many of its attempts followed a failure (the restart policy's "
+        "per-task budget); `attempt` also counts requested restarts.",
+    )
     exit_code: int | None
     started_at: datetime | None
     finished_at: datetime | None
@@ -42,7 +46,13 @@ class JobRead(BaseModel):
     reason: str | None
     strategy: str
     priority: int
-    restart_count: int
+    restart_count: int = Field(
+        description="Its restarts of every kind: after failures, by request, after a Slurm requeue."
+    )
+    failure_count: int = Field(
+        description="Its restarts after failures: only these count against the spec's "
+        "restart.max_restarts and its backoff.",
+    )
     spec: JobSpec
     tasks: list[TaskRead]
     actions: JobActions = Field(description="What the server would accept for this job now.")

@@ -28,7 +28,15 @@ from backend.jobs.models import Job
 # The columns written this way: plain values. A job with any other change (its spec, say)
 # is left to SQLAlchemy's own UPDATE.
 TOGETHER = frozenset(
-    {"status", "reason", "updated_at", "started_at", "finished_at", "restart_count"}
+    {
+        "status",
+        "reason",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "restart_count",
+        "failure_count",
+    }
 )
 LEAST = 2  # one job gains nothing from this
 PAGE = 200  # jobs per statement (bound parameters stay well under SQLite's limit)

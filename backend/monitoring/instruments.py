@@ -70,7 +70,8 @@ class ServerMetrics:
         self.restarts = Counter(
             "strata_restarts",
             "Restarts decided, by cause: task_failed (an exit code), task_killed (a signal, or "
-            "128+N), over_memory_limit, start_failed, host_lost, requested.",
+            "128+N), over_memory_limit, start_failed, host_lost, requested, allocation_ended "
+            "(a Slurm allocation's agents stopping: a requeue).",
             ["cause"],
             registry=registry,
         )

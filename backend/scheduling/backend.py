@@ -37,6 +37,10 @@ class TaskBackend(Protocol):
         only that job's tasks go there. None for hosts that take any job without one."""
         ...
 
+    def leaving(self, host: str) -> None:
+        """The host's agent said it is stopping: place nothing new there."""
+        ...
+
     def start(self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool) -> None:
         """Decide to start the task's current attempt on the host (sent after commit)."""
         ...

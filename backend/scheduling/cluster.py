@@ -92,3 +92,12 @@ class ClusterView:
     def forget(self, host: str) -> None:
         """The host was lost, and what it ran with it."""
         self.running.forget(host)
+
+    def forget_host(self, host: str) -> None:
+        """The host's name was released (`strata hosts forget`): all that was known of it."""
+        self.forget(host)
+        self.last_heard.pop(host, None)
+        self.last_compared.pop(host, None)
+        self.settled.discard(host)
+        self.to_compare.pop(host, None)
+        self.reported_starts.pop(host, None)

@@ -61,6 +61,7 @@ from backend.scheduling.reconcilers.running_tasks import (
     placed_on,
     sync_running,
 )
+from backend.scheduling.stale import applied_again_if_stale
 from backend.scheduling.transaction import Outbox, Transaction
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,6 @@ Change = Callable[[Transaction], Awaitable[T]]
 # What holds the lock, as strata_controller_lock_held_seconds counts it.
 LockHolder = Literal["pass", "request", "agent"]
 
-STALE_RETRIES = 5  # times a change is applied again after a job changed under it
 PASS_GAP_SECONDS = 0.05  # the least time from one pass's start to the next one's
 # ... and, when changes were waiting for the lock as the pass ended, at least this many times
 # the time it held the lock: under load a pass holds it at most half the time, so submissions
@@ -196,21 +196,24 @@ class Controller:
         """Apply a change to jobs and tasks under the controller's lock, in its own
         transaction, and send the commands it decided once it has committed. A change that
         read a job which another writer changed before this commit is applied again."""
-        for attempt in range(1, STALE_RETRIES + 1):
-            if frees_or_takes_capacity:
+        result, tx = await self._committed("request", change, frees_or_takes_capacity)
+        self._send(tx.outbox)
+        self.wake()
+        return result
+
+    async def _committed(
+        self, holder: LockHolder, change: Change[T], capacity: bool = False
+    ) -> tuple[T, Transaction]:
+        """`change` applied and committed, again on fresh state while a job it read changed
+        under it (backend.scheduling.stale); its commands are the caller's to send."""
+
+        async def attempt() -> tuple[T, Transaction]:
+            if capacity:
                 self.view.capacity_changed()
-            try:
-                async with self._transaction("request") as tx:
-                    result = await change(tx)
-            except StaleDataError:
-                if attempt == STALE_RETRIES:
-                    raise
-                log.info("a job changed while a change was applied; applying it again")
-                continue
-            self._send(tx.outbox)
-            self.wake()
-            return result
-        raise AssertionError("unreachable")  # the last attempt returns or raises
+            async with self._transaction(holder) as tx:
+                return await change(tx), tx
+
+        return await applied_again_if_stale(attempt, f"a change by {holder}")
 
     # --- agent events ----------------------------------------------------------------
 
@@ -219,7 +222,8 @@ class Controller:
         what to send it first, in order: the welcome, then its commands. Raises NameClash,
         changing nothing, if the host is online with another agent identity."""
         self.heard_from(hello.name)
-        async with self._transaction("agent") as tx:
+
+        async def change(tx: Transaction) -> None:
             self.view.capacity_changed()  # its devices, and what it still runs, may differ
             host = await register_host(
                 session=tx.session,
@@ -239,20 +243,17 @@ class Controller:
             placed = (await placed_on(tx.session, [host.id])).get(host.id, {})
             agrees = await sync_running(tx, self.view, host, hello.running, placed, force=True)
             note_after_commit(tx, self.view, hello.name, hello.running, agrees)
+
+        _, tx = await self._committed("agent", change)
         hub = self.backend.hub
         if self.pace.fleet_of(hub.count()):
             # The joining agent is told in its welcome; the others, not waiting for one, now.
             hub.send_all(HeartbeatPeriod(heartbeat_seconds=self.pace.seconds))
-        first: list[ServerMessage] = [
-            Welcome(
-                heartbeat_seconds=self.pace.seconds,
-                max_log_line_chars=self.settings.max_log_line_chars,
-            )
-        ]
-        first += [m for h, m in tx.outbox.messages if h == hello.name]
-        self._send(Outbox([(h, m) for h, m in tx.outbox.messages if h != hello.name]))
+        first = tx.outbox.take(hello.name)  # after its welcome, on its own channel
+        self._send(tx.outbox)
         self.wake()
-        return first
+        limit = self.settings.max_log_line_chars
+        return [Welcome(heartbeat_seconds=self.pace.seconds, max_log_line_chars=limit), *first]
 
     async def forget_host(self, name: str, *, also: Change[object] | None = None) -> HostRead:
         """Release a host's name (`strata hosts forget`); hosts.service.forget_host says when
@@ -273,13 +274,7 @@ class Controller:
             )
 
         forgotten = await self.apply(change)
-        view = self.view
-        view.forget(name)
-        view.last_heard.pop(name, None)
-        view.last_compared.pop(name, None)
-        view.settled.discard(name)
-        view.to_compare.pop(name, None)
-        view.reported_starts.pop(name, None)
+        self.view.forget_host(name)
         return forgotten
 
     async def identity_clash(self, hello: Hello) -> str | None:
@@ -334,7 +329,9 @@ class Controller:
         self.wake()
 
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
-        async with self._transaction("agent") as tx:
+        """An attempt ended on that host: applied at once, not by the next pass."""
+
+        async def change(tx: Transaction) -> None:
             self.view.capacity_changed()
             # Its starts, reported before this exit, are applied first; a heartbeat waiting
             # to be compared is older than the exit, and the next one says what runs now.
@@ -343,6 +340,8 @@ class Controller:
             host = await tx.session.scalar(select(Host).where(Host.name == host_name))
             if host is not None:
                 await task_events.apply_exit(tx=tx, host=host, exit=exit)
+
+        _, tx = await self._committed("agent", change)
         # Its port and GPUs are free now: a restarted attempt need not wait for the agent's
         # next heartbeat to be told so (see ClusterView.old_attempt_running).
         self.view.running.exited(host_name, exit.key)

@@ -38,16 +38,22 @@ class AgentConnection:
         # The job whose allocation started this agent (Slurm: its token names the job). Only
         # that job's tasks are placed on it, and no other job's.
         self.bound_job = bound_job
+        # It said it is stopping (an exit with agent_stopping): no new task goes there.
+        self.leaving = False
         # Task attempts this agent has been found to run: their logs are its to send.
         self.own_attempts: set[tuple[int, str, int]] = set()
         # Its welcome is queued: what is sent to every agent may be sent to it (the
         # welcome must be its first frame).
         self.welcomed = False
         self._queue: asyncio.Queue[ServerMessage | None] = asyncio.Queue(QUEUE_LIMIT)
-        self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{host_name}")
+        # Started by the first message: a connection refused before it is sent anything
+        # (a name taken, a clash) leaves no task behind.
+        self._writer: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None
 
     def send(self, message: ServerMessage) -> bool:
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write(), name=f"agent-writer-{self.host_name}")
         try:
             self._queue.put_nowait(message)
         except asyncio.QueueFull:
@@ -66,12 +72,15 @@ class AgentConnection:
             await self.websocket.send_text(message.model_dump_json())
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
-        self._writer.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
         with contextlib.suppress(Exception):
             await self.websocket.close(code=code, reason=reason)
 
     async def drain(self) -> None:
         """Wait until everything queued so far has been written (used before closing)."""
+        if self._writer is None:
+            return  # nothing was ever queued
         await self._queue.put(None)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._writer
@@ -122,6 +131,17 @@ class AgentHub:
 
     def connected(self, host_name: str) -> bool:
         return host_name in self._connections
+
+    def takes_tasks(self, host_name: str) -> bool:
+        """Whether new tasks may be placed there: connected, and not stopping."""
+        connection = self._connections.get(host_name)
+        return connection is not None and not connection.leaving
+
+    def mark_leaving(self, host_name: str) -> None:
+        connection = self._connections.get(host_name)
+        if connection is not None and not connection.leaving:
+            connection.leaving = True
+            self.changes += 1  # what placement may use changed, as at a detach
 
     def bound_job(self, host_name: str) -> int | None:
         """The job a connected agent was started for (None: any job's tasks may go there)."""

@@ -7,6 +7,7 @@ stop is sent again after RESEND_SECONDS, never sooner unless forced.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from sqlalchemy import select
@@ -50,24 +51,35 @@ class NativeAgents:
     def bound_job(self, host: str) -> int | None:
         return self.hub.bound_job(host)
 
-    def due(self, kind: str, key: TaskKey, *, force: bool = False) -> bool:
-        """Whether a command of this kind for this attempt may be sent (again) now."""
-        now = time.monotonic()
-        if not force and now - self._sent.get((kind, key), -RESEND_SECONDS) < RESEND_SECONDS:
+    def leaving(self, host: str) -> None:
+        self.hub.mark_leaving(host)
+
+    def due(self, outbox: Outbox, kind: str, key: TaskKey, *, force: bool = False) -> bool:
+        """Whether a command of this kind for this attempt may be decided in this outbox's
+        transaction: not twice in one, nor within RESEND_SECONDS of when it was last sent
+        unless forced. Only `send` notes a command as sent: decided in a transaction that
+        rolled back, it was never sent, and the change applied again must send it."""
+        if (kind, key) in outbox.commands:
             return False
-        self._sent[(kind, key)] = now
+        last = self._sent.get((kind, key), -RESEND_SECONDS)
+        return force or time.monotonic() - last >= RESEND_SECONDS
+
+    def sent(self, commands: Iterable[tuple[str, TaskKey]]) -> None:
+        """Note these commands as sent now: they are not due again for RESEND_SECONDS."""
+        now = time.monotonic()
+        for command in commands:
+            self._sent[command] = now
         if len(self._sent) > self._prune_above:
             # Entries older than the resend period decide nothing: without this the map
             # kept every command ever sent.
             self._sent = {k: t for k, t in self._sent.items() if now - t < RESEND_SECONDS}
             self._prune_above = max(1024, 2 * len(self._sent))
-        return True
 
     def start(
         self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool = False
     ) -> None:
-        if self.due("start", task.key, force=force):
-            outbox.add(host, self.start_message(job, task))
+        if self.due(outbox, "start", task.key, force=force):
+            outbox.add(host, self.start_message(job, task), command=("start", task.key))
 
     def start_message(self, job: Job, task: Task) -> StartTask:
         assert task.port is not None and task.tf_config is not None
@@ -108,11 +120,15 @@ class NativeAgents:
     def stop(
         self, outbox: Outbox, host: str, key: TaskKey, reason: str, *, force: bool = False
     ) -> None:
-        if self.due("stop", key, force=force):
+        if self.due(outbox, "stop", key, force=force):
             grace = self.settings.stop_grace_seconds
-            outbox.add(host, StopTask(key=key, grace_seconds=grace, reason=reason))
+            message = StopTask(key=key, grace_seconds=grace, reason=reason)
+            outbox.add(host, message, command=("stop", key))
 
     def send(self, outbox: Outbox) -> None:
+        """Send what a committed transaction decided (messages taken out of its outbox to be
+        sent by the caller are noted as sent too)."""
+        self.sent(outbox.commands)
         for host, message in outbox.messages:
             self.hub.send(host, message)
 
@@ -132,7 +148,7 @@ class NativeAgents:
                     Host.engine,
                 ).where(Host.status == HostStatus.online)
             )
-            if self.hub.connected(row.name)
+            if self.hub.takes_tasks(row.name)
         ]
         devices: dict[int, list[int]] = {}
         for owner, index in await session.execute(

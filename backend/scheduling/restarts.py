@@ -6,6 +6,9 @@ A restarted task keeps its host, port, GPUs and TF_CONFIG and gets the next atte
 the controller starts it once its backoff has passed and the agent no longer runs the old
 attempt (the port must be free). A re-placed job goes back to pending with every task's
 placement cleared, and is placed again once all of its old attempts have stopped.
+Every restart adds to the restart counts and attempts; only those after a failure add to the
+failure counts, which the policy's max_restarts and backoff read: a user's restarts (and a
+Slurm requeue's) leave the job its whole budget for real failures.
 """
 
 from __future__ import annotations
@@ -60,23 +63,24 @@ async def after_failure(
     tasks = list(await session.scalars(select(Task).where(Task.job_id == job.id)))
     plan = plan_restart(job.strategy, failed.name, [t.name for t in tasks])
     if plan.job_level:
-        if job.restart_count >= policy.max_restarts:
-            return Decision(False, f"{reason}; gave up after {job.restart_count} restarts")
-        delay = backoff_seconds(policy.backoff_seconds, job.restart_count)
+        if job.failure_count >= policy.max_restarts:
+            return Decision(False, f"{reason}; gave up after {job.failure_count} restarts")
+        delay = backoff_seconds(policy.backoff_seconds, job.failure_count)
         job.restart_count += 1
+        job.failure_count += 1
         await transition_job(
             session=session,
             job=job,
             to=JobStatus.restarting,
             reason=f"{reason}; restarting {', '.join(sorted(plan.tasks))} in {delay:g}s "
-            f"(restart {job.restart_count} of {policy.max_restarts})",
+            f"(restart {job.failure_count} of {policy.max_restarts})",
         )
     else:
-        if failed.attempt >= policy.max_restarts:
+        if failed.failure_count >= policy.max_restarts:
             return Decision(
-                False, f"{reason}; gave up after {failed.attempt} restarts of {failed.name}"
+                False, f"{reason}; gave up after {failed.failure_count} restarts of {failed.name}"
             )
-        delay = backoff_seconds(policy.backoff_seconds, failed.attempt)
+        delay = backoff_seconds(policy.backoff_seconds, failed.failure_count)
         await record_event(
             session=session,
             job=job,
@@ -87,7 +91,7 @@ async def after_failure(
         )
     for task in tasks:
         if task.name in plan.tasks:
-            restart_in_place(tx=tx, task=task, delay=delay, reason=reason)
+            restart_in_place(tx=tx, task=task, delay=delay, reason=reason, failure=True)
     cause = failure_cause(exit_code, error, over_memory_limit)
     tx.observe(lambda metrics: metrics.restarts.labels(cause=cause).inc())
     return Decision(True, reason)
@@ -104,21 +108,30 @@ def failure_cause(exit_code: int | None, error: str | None, over_memory_limit: i
     return "task_failed"
 
 
-def restart_in_place(*, tx: Transaction, task: Task, delay: float, reason: str) -> None:
-    """The next attempt of a task on the same host and port, once `delay` has passed."""
+def restart_in_place(
+    *, tx: Transaction, task: Task, delay: float, reason: str, failure: bool
+) -> None:
+    """The next attempt of a task on the same host and port, once `delay` has passed.
+    `failure`: it follows a failure, and so counts against the policy's budget."""
     if task.status in LIVE_TASK_STATUSES and task.host is not None:
         tx.stop(task.host.name, task.key, reason, force=True)
     task.attempt += 1
+    task.failure_count += int(failure)
     task.status = TaskStatus.scheduled
     task.pid = task.exit_code = None
     task.started_at = task.finished_at = None
     task.restart_after = utcnow() + timedelta(seconds=delay)
 
 
-async def replace_job(*, tx: Transaction, job: Job, reason: str) -> None:
-    """Send the whole job back to placement: new hosts, ports and TF_CONFIG for every task."""
+async def replace_job(
+    *, tx: Transaction, job: Job, reason: str, failure: bool, fresh_budget: bool = False
+) -> None:
+    """Send the whole job back to placement: new hosts, ports and TF_CONFIG for every task.
+    `failure`: it follows a failure (a lost host), and so counts against the budget.
+    `fresh_budget`: the failures so far are forgiven (a new run of a failed job)."""
     session = tx.session
     job.restart_count += 1
+    job.failure_count = 0 if fresh_budget else job.failure_count + int(failure)
     if job.status is JobStatus.failed:
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
     await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
@@ -128,6 +141,7 @@ async def replace_job(*, tx: Transaction, job: Job, reason: str) -> None:
         if task.status in LIVE_TASK_STATUSES and task.host is not None:
             tx.stop(task.host.name, task.key, reason, force=True)
         task.attempt += 1
+        task.failure_count = 0 if fresh_budget else task.failure_count + int(failure)
         task.status = TaskStatus.pending
         task.host_id = task.port = task.pid = task.exit_code = None
         task.gpu_indices, task.tf_config = [], None
@@ -139,16 +153,29 @@ async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision
     policy = JobSpec.model_validate(job.spec, strict=False).restart
     if not retryable(policy=policy.policy, exit_code=None, error=None, host_lost=True):
         return Decision(False, reason)
-    if job.restart_count >= policy.max_restarts:
-        return Decision(False, f"{reason}; gave up after {job.restart_count} restarts")
+    if job.failure_count >= policy.max_restarts:
+        return Decision(False, f"{reason}; gave up after {job.failure_count} restarts")
     await replace_job(
         tx=tx,
         job=job,
-        reason=f"{reason}; re-placing the job (restart {job.restart_count + 1} of "
+        reason=f"{reason}; re-placing the job (restart {job.failure_count + 1} of "
         f"{policy.max_restarts})",
+        failure=True,
     )
     tx.observe(lambda metrics: metrics.restarts.labels(cause="host_lost").inc())
     return Decision(True, reason)
+
+
+async def after_allocation_ended(*, tx: Transaction, job: Job, reason: str) -> None:
+    """The agents of the job's Slurm allocation are stopping: a requeue (or the Slurm job's
+    end, which the Slurm backend then ends the job for). The job waits for its allocation
+    to come back and is placed there again, a restart that is no failure."""
+    if job.status is JobStatus.pending:
+        return  # sent back already (by an exit from another of the allocation's agents)
+    await replace_job(
+        tx=tx, job=job, reason=f"{reason}; waiting for Slurm to run it again", failure=False
+    )
+    tx.observe(lambda metrics: metrics.restarts.labels(cause="allocation_ended").inc())
 
 
 async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
@@ -161,7 +188,12 @@ async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
             f"job {job_id} is {job.status.value}; only a scheduled, running, restarting "
             "or failed job can be restarted"
         )
-    await replace_job(tx=tx, job=job, reason="restart requested")
+    # A job that failed (its budget spent, or a failure its policy does not restart) and is
+    # restarted by its user starts a new run, with the whole budget again.
+    gave_up = job.status is JobStatus.failed
+    await replace_job(
+        tx=tx, job=job, reason="restart requested", failure=False, fresh_budget=gave_up
+    )
     tx.observe(lambda metrics: metrics.restarts.labels(cause="requested").inc())
 
 
@@ -198,4 +230,4 @@ async def request_task_restart(tx: Transaction, *, job_id: int, task_name: str) 
         )
     for member in tasks:
         if member.name in plan.tasks:
-            restart_in_place(tx=tx, task=member, delay=0, reason=reason)
+            restart_in_place(tx=tx, task=member, delay=0, reason=reason, failure=False)

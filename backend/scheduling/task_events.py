@@ -137,6 +137,8 @@ async def apply_exit(
     if task is None or (task.attempt == exit.key.attempt and task.host_id != host.id):
         security.refused(f"agent {host.name}", f"task_exited for {key_text(exit.key)}")
         return
+    if exit.agent_stopping:
+        tx.backend.leaving(host.name)  # a stopping agent takes no new tasks
     if task.attempt != exit.key.attempt or task.host_id != host.id:
         return  # an exit of an attempt we no longer track
     if task.status not in LIVE_TASK_STATUSES:
@@ -186,6 +188,11 @@ async def apply_exit(
     if outcome.job_status is JobStatus.failed and exit.refused is not None:
         # The task stopped itself for good: restarting it would only fail the same way.
         reason = f"{task.name} stopped for good: {exit.refused}"
+    elif outcome.job_status is JobStatus.failed and allocation_ending(tx, host, job, exit):
+        await restarts.after_allocation_ended(
+            tx=tx, job=job, reason=f"the agent on {host.name} is stopping with its allocation"
+        )
+        return
     elif outcome.job_status is JobStatus.failed:
         decision = await restarts.after_failure(
             tx=tx,
@@ -207,6 +214,13 @@ async def apply_exit(
         reason=reason,
         data=details,
     )
+
+
+def allocation_ending(tx: Transaction, host: Host, job: Job, exit: TaskExit) -> bool:
+    """Whether the exit is the job's own allocation going away (Slurm stopping the agents it
+    started for the job: a requeue, a preemption, the Slurm job's end) rather than a failure.
+    A native agent's stop still counts: its host is lost to the job as a failed one is."""
+    return exit.agent_stopping and tx.backend.bound_job(host.name) == job.id
 
 
 async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:

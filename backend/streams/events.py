@@ -2,7 +2,9 @@
 
 A session listener collects the JobEvent rows each flush inserts and publishes them after
 commit (dropping them on rollback), so no code that records an event has to remember to
-publish it, and nobody ever sees an event that was rolled back. The same hook logs each job's
+publish it, and nobody ever sees an event that was rolled back. A savepoint's events wait
+for the transaction around it: dropped if the savepoint rolls back, published with the rest
+once the outer transaction commits. The same hook logs each job's
 submission and status changes at INFO: the server's console follows jobs without the access
 log, and never reports a change that was rolled back.
 """
@@ -16,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 from backend.jobs.events import EventKind
 from backend.jobs.models import JobEvent
@@ -24,6 +26,7 @@ from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
 from backend.streams.frames import CheckpointFrame, EventFrame, StreamEvent
 
 PENDING = "strata.pending_events"
+SAVEPOINTS = "strata.event_savepoints"  # per open savepoint: how many events came before it
 BROKER = "strata.broker"
 # A reason can hold a failed task's last lines: the log gets its first line, this long at most.
 LOGGED_REASON_CHARS = 200
@@ -106,6 +109,8 @@ def publish_after_commit(session: Session, rows: Iterable[EventRow]) -> None:
 
 @event.listens_for(PublishingSession, "after_commit")
 def _publish(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: its events wait for the transaction around it
     rows: list[EventRow] = session.info.pop(PENDING, [])
     broker: Broker | None = session.info.get(BROKER)
     if broker is None:
@@ -134,6 +139,28 @@ def log_job_event(row: EventRow) -> None:
         )
 
 
+@event.listens_for(PublishingSession, "after_transaction_create")
+def _savepoint_begun(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.nested and BROKER in session.info:
+        marks = session.info.setdefault(SAVEPOINTS, {})
+        marks[transaction] = len(session.info.get(PENDING, ()))
+
+
 @event.listens_for(PublishingSession, "after_rollback")
 def _discard(session: Session) -> None:
-    session.info.pop(PENDING, None)
+    savepoint = session.get_nested_transaction()
+    mark = session.info.get(SAVEPOINTS, {}).get(savepoint)
+    if mark is None:
+        session.info.pop(PENDING, None)
+    else:  # only what was flushed since the savepoint began
+        del session.info.get(PENDING, [])[mark:]
+
+
+@event.listens_for(PublishingSession, "after_transaction_end")
+def _transaction_ended(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.nested:
+        session.info.get(SAVEPOINTS, {}).pop(transaction, None)
+    elif transaction.parent is None:
+        # Committed (published already), rolled back, or closed without either.
+        session.info.pop(PENDING, None)
+        session.info.pop(SAVEPOINTS, None)

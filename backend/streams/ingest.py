@@ -14,6 +14,11 @@ that came after it) any attempt another writer is storing, so the points of one 
 stored, and acknowledged, in the order they arrived. Each write updates the high-water marks
 of exactly the attempts it stored, after its commit.
 
+An attempt's high-water mark is kept while a task channel of it is open (`channel`), and
+dropped once its last channel has closed and none of its batches waits to be stored: batches
+come only over the attempt's own channel, so a finished attempt's can no longer arrive. A
+channel that opens again (a reconnect) reads the mark from the database once more.
+
 On PostgreSQL a write is one `INSERT ... SELECT FROM unnest(column arrays)` per task
 attempt, without ON CONFLICT: the high-water mark already drops every point that could
 conflict, and a plain insert costs PostgreSQL about a quarter less per row (see
@@ -25,10 +30,11 @@ with ON CONFLICT DO NOTHING.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections import deque
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -70,8 +76,38 @@ class Ingestor:
         self._wake = asyncio.Event()
         self._in_flight: set[AttemptKey] = set()  # attempts a writer is storing right now
         self._stored: dict[AttemptKey, int] = {}
+        self._channels: Counter[AttemptKey] = Counter()  # open task channels per attempt
+        # Attempts whose last channel closed while a batch of theirs was still to be stored.
+        self._closing: set[AttemptKey] = set()
         self.points_written = 0
         self.conflicts = 0  # writes retried with ON CONFLICT (a duplicate reached the database)
+
+    @property
+    def attempts_tracked(self) -> int:
+        """How many attempts' high-water marks are held in memory."""
+        return len(self._stored)
+
+    @contextlib.contextmanager
+    def channel(self, key: AttemptKey) -> Iterator[None]:
+        """While a task channel of this attempt is open: its high-water mark is kept, and
+        forgotten once its last channel has closed and its batches are stored."""
+        self._channels[key] += 1
+        try:
+            yield
+        finally:
+            self._channels[key] -= 1
+            if not self._channels[key]:
+                del self._channels[key]
+                self._forget(key)
+
+    def _forget(self, key: AttemptKey) -> None:
+        if key in self._channels:
+            return  # a channel of it opened again
+        if key in self._in_flight or any(pending.key == key for pending in self._pending):
+            self._closing.add(key)  # forgotten once that write is done
+            return
+        self._closing.discard(key)
+        self._stored.pop(key, None)
 
     async def stored_through(self, key: AttemptKey) -> int:
         """The highest sequence number stored for an attempt (-1 when none)."""
@@ -124,6 +160,8 @@ class Ingestor:
                         pending.done.set_exception(exc)
             finally:
                 self._in_flight -= keys
+                for key in keys & self._closing:
+                    self._forget(key)
                 if self._pending:
                     self._wake.set()  # batches held back for these attempts may go now
 

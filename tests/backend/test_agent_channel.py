@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -424,6 +425,46 @@ def test_a_clash_found_under_the_lock_refuses_the_hello_and_changes_nothing(
     assert not client.app.state.hub.connected("fake-host")  # type: ignore[attr-defined]
     (host,) = client.get("/hosts", headers=ADMIN).json()
     assert host["address"] == "10.1.2.3"
+
+
+def test_a_name_taken_at_attach_refuses_the_agent_and_leaves_no_task_behind(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the checks before the attach miss a connected agent of another identity, the
+    attach's own check refuses the newcomer: it is told why, and nothing of it is left."""
+    with client.websocket_connect("/agents/connect", headers=AGENT) as owner:
+        owner.send_text(hello())
+        assert isinstance(receive(owner), Welcome)
+
+        async def no_clash(_self: object, _hello: Hello) -> None:
+            return None
+
+        hub = client.app.state.hub  # type: ignore[attr-defined]
+        monkeypatch.setattr(Controller, "identity_clash", no_clash)
+        monkeypatch.setattr(hub, "connection", lambda _name: None)  # the checks see no one
+        with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
+            clone.send_text(hello(identity=CLONE, address="10.9.9.9"))
+            refused = receive(clone)
+            with pytest.raises(WebSocketDisconnect) as closed:
+                clone.receive_text()
+        assert isinstance(refused, Refused) and closed.value.code == 1008
+        assert refused.reason == (
+            "fake-host is already connected from testclient with another identity; "
+            "start this agent with another --name"
+        )
+
+        async def writers() -> list[str]:
+            return [
+                task.get_name()
+                for task in asyncio.all_tasks()
+                if task.get_name().startswith("agent-writer-") and not task.done()
+            ]
+
+        assert client.portal is not None  # the app runs on it
+        assert client.portal.call(writers) == ["agent-writer-fake-host"]  # the owner's only
+        key = TaskKey(job_id=1, task="chief:0", attempt=0)  # none of its own: acked all the same
+        owner.send_text(TaskLogs(key=key, first_line=0, lines=["on"]).model_dump_json())
+        assert receive(owner) == LogsAck(key=key, next_line=1)  # the owner is undisturbed
 
 
 def test_a_start_says_whether_it_was_warm_and_why_not(client: TestClient) -> None:

@@ -51,6 +51,9 @@ def test_submit_list_show_cancel(server_url: str) -> None:
     shown = strata("jobs", "show", job_id, url=server_url)
     assert shown.returncode == 0
     assert "worker:1" in shown.stdout and "ps:0" in shown.stdout and "created" in shown.stdout
+    # Restarts of every kind, and the failures among them that spend the policy's budget.
+    assert "FAILURES" in listed.stdout and "FAILURES" in shown.stdout
+    assert re.search(r"restarts: 0 \(0 after failures, of \d+ the policy allows\)", shown.stdout)
 
     cancelled = strata("jobs", "cancel", job_id, url=server_url)
     assert cancelled.returncode == 0

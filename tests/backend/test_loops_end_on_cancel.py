@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import SecretStr
 
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
+from backend.hosts.board import ClusterBoard
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.slurm.reconcile import SlurmBackend
+from backend.tensorboard.processes import TensorBoards
+from tests.conftest import make_settings, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = TokenRegistry({TokenKind.admin: SecretStr("a" * 32), TokenKind.agent: None})
@@ -89,3 +94,43 @@ def test_no_module_waits_with_asyncio_wait_for() -> None:
         if re.search(r"\bwait_for\(", line)
     ]
     assert uses == [], f"use `async with asyncio.timeout(...)` instead: {uses}"
+
+
+async def test_the_app_shuts_down_past_a_service_that_does_not_end_when_cancelled(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A loop service that never ends once cancelled is logged by name and left behind; one
+    that swallowed one cancellation (as `wait_for` could) ends on the next one."""
+    released = asyncio.Event()
+    started = {"board": asyncio.Event(), "tensorboards": asyncio.Event()}
+
+    async def deaf(_self: object, *_: object, **__: object) -> None:
+        started["board"].set()
+        while not released.is_set():
+            with contextlib.suppress(asyncio.CancelledError):  # every cancellation swallowed
+                await released.wait()
+
+    async def deaf_once(_self: object, *_: object, **__: object) -> None:
+        started["tensorboards"].set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(ClusterBoard, "run", deaf)
+    monkeypatch.setattr(TensorBoards, "run", deaf_once)
+    caplog.set_level(logging.INFO, logger="backend.shutdown")
+    settings = make_settings(database_url, tmp_path / "data", shutdown_seconds=1.0)
+    async with asyncio.timeout(30):  # shutdown's own bound is 1 s a step: ample
+        async with serving(settings):
+            for event in started.values():
+                await event.wait()
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "backend.shutdown"]
+    assert logged == [
+        ("ERROR", "shutting down without board: still running 1.0 s after cancellation")
+    ]
+    board = next(task for task in asyncio.all_tasks() if task.get_name() == "board")
+    released.set()  # the stuck service, left behind, is let go so the test ends clean
+    await board

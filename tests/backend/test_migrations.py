@@ -145,3 +145,38 @@ async def test_teams_migration_puts_existing_jobs_in_default_and_keeps_their_tas
             assert "projects" not in await connection.run_sync(_tables)
     finally:
         await engine.dispose()
+
+
+async def test_failure_counts_start_at_zero_and_keep_the_tasks(database_url: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_engine(async_database_url(database_url))
+    try:
+        await upgrade_database(engine, "9d4f2b7c1e60")
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO jobs (id, name, strategy, status, spec, priority, restart_count, "
+                    "created_at, updated_at, project_id) VALUES (1, 'j', 'mirrored', 'running', "
+                    "'{}', 0, 2, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                    "(SELECT id FROM projects WHERE name = 'default'))"
+                )
+            )
+            await connection.execute(
+                text(
+                    'INSERT INTO tasks (job_id, role, "index", status, gpu_indices, attempt, '
+                    "created_at) VALUES (1, 'chief', 0, 'running', '[]', 2, CURRENT_TIMESTAMP)"
+                )
+            )
+        await upgrade_database(engine, "head")
+        async with engine.connect() as connection:
+            job = (
+                await connection.execute(text("SELECT restart_count, failure_count FROM jobs"))
+            ).one()
+            task = (
+                await connection.execute(text("SELECT attempt, failure_count FROM tasks"))
+            ).one()
+        # What the restarts were is not recorded: each job keeps its whole budget.
+        assert tuple(job) == (2, 0) and tuple(task) == (2, 0)
+    finally:
+        await engine.dispose()

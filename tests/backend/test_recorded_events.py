@@ -114,3 +114,44 @@ async def test_events_written_together_name_the_actor_and_vanish_with_a_rollback
             select(JobEvent.id).where(JobEvent.id.in_([e.id for e in rolled_back]))
         )
         assert list(found) == []
+
+
+async def published_messages(subscription: Subscription) -> list[str | None]:
+    """The messages of the events published so far, in order."""
+    frames = [await subscription.next() for _ in range(subscription.pending())]
+    return [frame.event.message for frame in frames if isinstance(frame, EventFrame)]
+
+
+async def test_a_savepoints_events_are_published_with_its_transaction_or_never(
+    engine: AsyncEngine,
+) -> None:
+    sessions, job_id, subscription = await publishing_job(engine)
+    await published_messages(subscription)  # the submission's
+
+    async with sessions() as session:
+        job = await session.get_one(Job, job_id)
+        await record_event(session=session, job=job, kind=EventKind.restart, message="outer")
+        async with session.begin_nested():  # released: published when the outer commits
+            await record_event(session=session, job=job, kind=EventKind.restart, message="kept")
+        assert subscription.pending() == 0
+        savepoint = await session.begin_nested()  # rolled back: never published
+        await record_event(session=session, job=job, kind=EventKind.restart, message="undone")
+        await savepoint.rollback()
+        assert subscription.pending() == 0
+        await record_event(session=session, job=job, kind=EventKind.restart, message="after")
+        await session.commit()
+    assert await published_messages(subscription) == ["outer", "kept", "after"]
+
+    async with sessions() as session:  # a transaction that rolls back publishes nothing
+        job = await session.get_one(Job, job_id)
+        async with session.begin_nested():
+            await record_event(session=session, job=job, kind=EventKind.restart, message="gone")
+        await session.rollback()
+    async with sessions() as session:  # nor does one closed without a commit
+        job = await session.get_one(Job, job_id)
+        await record_event(session=session, job=job, kind=EventKind.restart, message="dropped")
+    async with sessions() as session:
+        job = await session.get_one(Job, job_id)
+        await record_event(session=session, job=job, kind=EventKind.restart, message="last")
+        await session.commit()
+    assert await published_messages(subscription) == ["last"]

@@ -413,3 +413,34 @@ def test_postgres_gets_two_writers_and_sqlite_one(database_url: str) -> None:
     ingestor = Ingestor(session_factory(engine), Broker())
     expected = POSTGRES_WRITERS if database_url.startswith("postgresql") else 1
     assert ingestor._default_writers() == expected
+
+
+def test_finished_attempts_are_forgotten_and_a_live_ones_resend_is_still_known(
+    client: TestClient,
+) -> None:
+    ingestor: Ingestor = client.app.state.ingestor  # type: ignore[attr-defined]
+    for _ in range(20):  # attempts that stream, then end (their channel closes for good)
+        with runtime(client, submit(client)) as ws:
+            assert reply(ws) == TaskWelcome(next_seq=0)
+            ws.send_text(points(range(0, 5)).model_dump_json())
+            assert reply(ws) == Ack(seq=4)
+            assert ingestor.attempts_tracked == 1
+        assert ingestor.attempts_tracked == 0
+    live = submit(client)
+    with runtime(client, live) as ws:
+        reply(ws)
+        ws.send_text(points(range(0, 10)).model_dump_json())
+        assert reply(ws) == Ack(seq=9)
+        with runtime(client, submit(client)) as other:  # another attempt comes and goes
+            reply(other)
+            other.send_text(points(range(0, 5)).model_dump_json())
+            assert reply(other) == Ack(seq=4)
+        written = ingestor.points_written
+        ws.send_text(points(range(0, 10)).model_dump_json())  # a resend of the live attempt
+        assert reply(ws) == Ack(seq=9)
+        # Dropped by its high-water mark, not left to the database's unique key.
+        assert (ingestor.points_written, ingestor.conflicts) == (written, 0)
+        assert ingestor.attempts_tracked == 1
+    assert ingestor.attempts_tracked == 0
+    (series,) = client.get(f"/jobs/{live}/metrics", headers=ADMIN).json()["series"]
+    assert series["total_points"] == 10

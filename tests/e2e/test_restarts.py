@@ -7,7 +7,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,36 @@ def test_a_job_that_keeps_failing_stops_at_max_restarts(cluster: Cluster) -> Non
             f"/jobs/{job['id']}/tasks/chief:0/logs", params={"attempt": attempt}
         ).json()
         assert page["lines"] == ["trying"]
+
+
+def test_restarts_a_user_asked_for_leave_the_budget_to_failures(cluster: Cluster) -> None:
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mirrored.yaml").read_text())
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", "1000"]
+    spec["restart"] = {"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0}
+    job = cluster.submit(spec)
+    cluster.wait_status(job["id"], "running", timeout=60)
+
+    def running_on(attempt: int) -> Callable[[dict[str, Any]], bool]:
+        return lambda j: j["status"] == "running" and j["tasks"][0]["attempt"] == attempt
+
+    for attempt in (1, 2, 3):
+        assert cluster.http.post(f"/jobs/{job['id']}/restart").status_code == 200
+        cluster.wait_for(job["id"], running_on(attempt), 120, f"running again on {attempt}")
+    # Training, not just started: the process the kill ends is TensorFlow's.
+    cluster.wait_for(
+        job["id"],
+        lambda j: any(EPOCH_LINE.match(line) for line in cluster.logs(j["id"], "chief:0")),
+        240,
+        "an epoch of attempt 3",
+    )
+    os.kill(pid_of(cluster, job["id"], "chief:0"), signal.SIGKILL)
+    again = cluster.wait_for(job["id"], running_on(4), 120, "restarted by its policy on 4")
+    assert (again["restart_count"], again["failure_count"]) == (4, 1)
+    assert again["tasks"][0]["failure_count"] == 1
+    restarting = [e for e in cluster.events(job["id"]) if e["to_status"] == "restarting"]
+    assert restarting[-1]["message"].endswith("restarting chief:0 in 0s (restart 1 of 3)")
+    cluster.http.post(f"/jobs/{job['id']}/cancel")
+    wait_no_processes(job["id"])
 
 
 def test_exit_code_policy_does_not_retry_a_program_error(cluster: Cluster) -> None:

@@ -1232,6 +1232,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Failure Count
+             * @description Its restarts after failures: only these count against the spec's restart.max_restarts and its backoff.
+             */
+            failure_count: number;
             /** Finished At */
             finished_at: string | null;
             /** Id */
@@ -1247,7 +1252,10 @@ export interface components {
             project_id: number;
             /** Reason */
             reason: string | null;
-            /** Restart Count */
+            /**
+             * Restart Count
+             * @description Its restarts of every kind: after failures, by request, after a Slurm requeue.
+             */
             restart_count: number;
             /**
              * Slurm Job Id
@@ -1854,6 +1862,11 @@ export interface components {
             attempt: number;
             /** Exit Code */
             exit_code: number | null;
+            /**
+             * Failure Count
+             * @description How many of its attempts followed a failure (the restart policy's per-task budget); `attempt` also counts requested restarts.
+             */
+            failure_count: number;
             /** Finished At */
             finished_at: string | null;
             /** Gpus */

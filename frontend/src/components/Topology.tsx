@@ -97,7 +97,8 @@ function TaskChip({
       data-testid={`task-${task.name}`}
       data-status={task.status}
       data-attempt={task.attempt}
-      title={`${task.name}: ${task.status}${exit}${where ? ` · ${where}` : ""} · attempt ${task.attempt}${usageText ? ` · ${usageText}` : ""}. Click for its log.`}
+      data-failures={task.failure_count}
+      title={`${task.name}: ${task.status}${exit}${where ? ` · ${where}` : ""} · attempt ${task.attempt} (${task.failure_count} after failures)${usageText ? ` · ${usageText}` : ""}. Click for its log.`}
       onClick={() => onSelect(task.name)}
       role="button"
       tabIndex={0}
@@ -106,7 +107,7 @@ function TaskChip({
       <span class="name">{task.name}</span>
       <span class="st">{task.status}</span>
       {task.attempt > 0 ? (
-        <span class="att" title={`restarted ${task.attempt} time${task.attempt === 1 ? "" : "s"}`}>
+        <span class="att" title={`restarted ${task.attempt} time${task.attempt === 1 ? "" : "s"}, ${task.failure_count} after failures`}>
           ↻{task.attempt}
         </span>
       ) : null}

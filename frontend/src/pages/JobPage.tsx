@@ -288,7 +288,12 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
             <span>
               {job.tasks.length} tasks
             </span>
-            <span data-testid="job-restarts">restarts {job.restart_count}</span>
+            <span data-testid="job-restarts" title="Restarts of every kind: after failures, by request, after a Slurm requeue">
+              restarts {job.restart_count}
+            </span>
+            <span data-testid="job-failures" title="Restarts after failures: only these count against the restart policy's max_restarts and its backoff">
+              failures {job.failure_count} of {job.spec.restart.max_restarts}
+            </span>
             {job.spec.slurm ? (
               <span data-testid="job-slurm" title="The Slurm job it runs as">
                 Slurm job {job.slurm_job_id ?? "not submitted yet"}

@@ -332,7 +332,7 @@ function JobRow({
           ))}
         </span>
       </td>
-      <td class="num nowrap" data-testid="job-restarts" title={`job restarts: ${job.restart_count}; tasks restarted alone: ${taskRestarts}`}>
+      <td class="num nowrap" data-testid="job-restarts" title={`job restarts: ${job.restart_count} (${job.failure_count} after failures); tasks restarted alone: ${taskRestarts}`}>
         {job.restart_count}
         {taskRestarts > 0 ? <span class="faint"> +{taskRestarts} task</span> : null}
       </td>

@@ -45,9 +45,20 @@ class FakeHub(AgentHub):
         super().__init__()
         self.names = connected
         self.sent: list[tuple[str, ServerMessage]] = []
+        self.bound: dict[str, int] = {}  # hosts of a Slurm job's allocation: their job
+        self.stopping: set[str] = set()  # hosts whose agent said it is stopping
 
     def connected(self, host_name: str) -> bool:
         return host_name in self.names
+
+    def takes_tasks(self, host_name: str) -> bool:
+        return host_name in self.names and host_name not in self.stopping
+
+    def mark_leaving(self, host_name: str) -> None:
+        self.stopping.add(host_name)
+
+    def bound_job(self, host_name: str) -> int | None:
+        return self.bound.get(host_name)
 
     def count(self) -> int:
         return len(self.names)
@@ -70,13 +81,15 @@ class World:
         return HeartbeatPace.from_settings(self.settings)
 
     async def run(self, reconciler: Reconciler) -> Outbox:
-        """One reconciler in its own transaction, committed, its notes applied."""
+        """One reconciler in its own transaction, committed, its notes applied and its
+        commands sent (to the fake hub), as the controller does."""
         async with self.sessions() as session:
             tx = Transaction(session=session, backend=self.backend)
             await reconciler.reconcile(tx)
             await session.commit()
         for note in tx.after_commit:
             note()
+        self.backend.send(tx.outbox)
         return tx.outbox
 
     async def host(
