@@ -3,8 +3,8 @@
 Each is ``python -m agents.host.warm`` (see that module), started with the environment every
 task inherits from the agent, its output already on pipes the agent reads, in its own session.
 Once it says it is ready it waits, at no CPU cost, for one assignment; the supervisor takes
-one for an attempt that can start warm (agents.host.warm_eligibility says when it cannot), and the
-pool starts another in the background. A warm process serves one attempt and is never reused.
+one for an attempt that can start warm (agents.host.warm_eligibility says when it cannot), and
+the pool starts another in the background. A warm process serves one attempt and is never reused.
 
 The pool holds at most ``size`` idle processes and, together, at most ``memory_budget`` bytes
 of their resident memory, measured on each one once it is ready. A refill (after a process was
@@ -44,7 +44,7 @@ MAX_EARLY_OUTPUT = 256 * 1024  # what a warm process printed before its task (im
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0)  # after warm processes that failed to get ready
 DEFAULT_MEMORY_SHARE = 0.25  # of the host's memory, for idle warm processes together
 REFILL_PATIENCE = 30.0  # the longest a refill waits for a free CPU before it starts anyway
-FREE_CPU_WINDOW = 1.0  # seconds of /proc/stat over which a CPU counts as free or not
+FREE_CPU_WINDOW = 1.0  # seconds of the host's CPU times over which a CPU counts as free or not
 
 
 def default_memory_budget() -> int | None:
@@ -290,7 +290,7 @@ class WarmPool:
 
     async def until_a_cpu_is_free(self) -> None:
         """Wait while the host has less than one CPU free (tasks training on them), at most
-        ``refill_patience`` seconds; at once where /proc/stat cannot be read."""
+        ``refill_patience`` seconds; at once where the host's CPU times cannot be read."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.refill_patience
         cpus = os.cpu_count() or 1
