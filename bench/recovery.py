@@ -224,7 +224,7 @@ def warm_process_pids() -> list[int]:
 def idle_pool_cost(seconds: float = 10.0) -> dict[str, Any]:
     """CPU and memory of idle warm processes: CPU over `seconds`, resident and proportional
     (shared pages split among their users) memory of each."""
-    from agents.host.warm_pool import cpu_seconds, rss_bytes
+    from agents.host.procfs import cpu_seconds, rss_bytes
 
     pids = warm_process_pids()
     before = {pid: cpu_seconds(pid) or 0.0 for pid in pids}

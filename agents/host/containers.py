@@ -11,7 +11,6 @@ of an attempt it does not run.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -318,7 +317,3 @@ def _pump(
                 on_output(1, out)
             if err:
                 on_output(2, err)
-
-
-async def run_blocking(function: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.to_thread(function, *args)

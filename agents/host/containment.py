@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.environment import TaskEnvironment
-from agents.host import cgroups
+from agents.host import cgroups, procfs
 from agents.protocol import TaskKey
 
 log = logging.getLogger(__name__)
@@ -132,27 +132,6 @@ class Containment:
 # --- no cgroups: the process tree, the session and the marker --------------------------------
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, parent pid, session id) of a process, or None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[1]), int(fields[3])
-
-
-def _environ_has(pid: int, entry: bytes) -> bool:
-    try:
-        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-
-
-def _all_pids() -> list[int]:
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
 class ProcessTreeContainment(Containment):
     """No cgroups: an attempt is what carries its marker, shares the main process's session,
     or descends from it. A process that leaves the session and clears its environment escapes
@@ -169,21 +148,22 @@ class ProcessTreeContainment(Containment):
     def procs(self) -> set[int]:
         entry = f"{MARKER_ENV}={self.marker}".encode()
         me = os.getpid()
-        stats = {pid: stat for pid in _all_pids() if (stat := _stat(pid)) is not None}
+        stats = procfs.process_table()
         found = set()
-        for pid, (state, _parent, session) in stats.items():
-            if pid == me or state in ("Z", "X"):
+        for pid, stat in stats.items():
+            if pid == me or stat.gone:
                 continue
-            if (self.main_pid is not None and session == self.main_pid) or _environ_has(pid, entry):
+            in_session = self.main_pid is not None and stat.session == self.main_pid
+            if in_session or entry in procfs.environ(pid):
                 found.add(pid)
         if found or self.main_alive:  # descendants that left the session and the marker
             children: dict[int, list[int]] = {}
-            for pid, (_state, parent, _session) in stats.items():
-                children.setdefault(parent, []).append(pid)
+            for pid, stat in stats.items():
+                children.setdefault(stat.parent, []).append(pid)
             stack = [*found, *([self.main_pid] if self.main_alive and self.main_pid else [])]
             while stack:
                 for child in children.get(stack.pop(), []):
-                    if child not in found and stats[child][0] not in ("Z", "X"):
+                    if child not in found and not stats[child].gone:
                         found.add(child)
                         stack.append(child)
         found.discard(me)
@@ -205,10 +185,10 @@ class ProcessTreeContainment(Containment):
         for pid in list(self._seen):
             if pid == self.main_pid:
                 continue  # asyncio's child watcher reaps the main process
-            stat = _stat(pid)
+            stat = procfs.state(pid)
             if stat is None:
                 self._seen.discard(pid)
-            elif stat[1] == me and stat[0] == "Z":
+            elif stat.parent == me and stat.state == "Z":
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
                 self._seen.discard(pid)
@@ -224,9 +204,9 @@ def reap_orphans(keep: set[int]) -> int:
     """Reap this process's zombie children but ``keep`` (main processes, which asyncio reaps):
     orphans that came back to the subreaper and exited on their own. How many it reaped."""
     me, reaped = os.getpid(), 0
-    for pid in _all_pids():
-        stat = None if pid in keep else _stat(pid)
-        if stat is not None and stat[0] == "Z" and stat[1] == me:
+    for pid in procfs.all_pids():
+        stat = None if pid in keep else procfs.state(pid)
+        if stat is not None and stat.state == "Z" and stat.parent == me:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
                 reaped += 1
@@ -266,7 +246,11 @@ class CgroupContainment(Containment):
             cgroups.write(Path(name), str(pid))
 
     def procs(self) -> set[int]:
-        return {pid for pid in cgroups.read_pids(self.killer) if (_stat(pid) or ("X",))[0] != "Z"}
+        return {
+            pid
+            for pid in cgroups.read_pids(self.killer)
+            if (stat := procfs.state(pid)) is None or stat.state != "Z"
+        }
 
     def kill(self) -> None:
         cgroups.kill_all(self.killer, self.v2)
@@ -385,11 +369,10 @@ def _marked_attempts(namespace: str) -> set[str]:
     """The attempts of a namespace that some live process is marked with."""
     prefix = f"{MARKER_ENV}={namespace}/".encode()
     found = set()
-    for pid in _all_pids():
+    for pid in procfs.all_pids():
         if pid == os.getpid():
             continue
-        with contextlib.suppress(OSError):
-            for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                if entry.startswith(prefix):
-                    found.add(entry[len(prefix) :].decode(errors="replace"))
+        for entry in procfs.environ(pid):
+            if entry.startswith(prefix):
+                found.add(entry[len(prefix) :].decode(errors="replace"))
     return found

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from agents.host.containment import (
     attempt_name,
 )
 from agents.host.lines import LineSplitter
+from agents.host.process import PYTHON_NAMES, OutputProtocol, die_with_parent, inherited_env
 from agents.host.runtime_path import (
     AGENT_PYTHON,
     host_runtime_dir,
@@ -42,20 +42,7 @@ log = logging.getLogger(__name__)
 TAIL_LINES = 30
 DRAIN_SECONDS = 2.0  # output still in the pipes once the attempt's processes are gone
 END_SECONDS = 10.0  # killing everything left of an attempt, before the agent gives up
-PR_SET_PDEATHSIG = 1
-PYTHON_NAMES = frozenset({"python", "python3"})
 MAX_TERMINATION_BYTES = 8192
-# Agent credentials stay with the agent; a task gets its own scoped token instead.
-# The agent's and the server's credentials (values and files) are not the task's business.
-WITHHELD_ENV = (
-    "STRATA_TOKEN",
-    "STRATA_AGENT_TOKEN",
-    "STRATA_API_TOKEN",
-    "STRATA_AGENT_TOKEN_FILE",
-    "STRATA_API_TOKEN_FILE",
-    "STRATA_DATABASE_PASSWORD_FILE",
-)
-
 
 # gRPC channel arguments for every channel TensorFlow makes (it reads the variable whenever it
 # makes a channel, after the import: a warm process that gets it with its task uses it). TF caps
@@ -97,59 +84,23 @@ def resolve_argv(argv: list[str], python: str | None = None) -> list[str]:
 def task_env(
     inherited: Mapping[str, str], start_env: Mapping[str, str], server_url: str, ca_file: str | None
 ) -> dict[str, str]:
-    """A task's environment: the agent's own less its credentials, the start message's
+    """A task's environment: what every task inherits from the agent, the start message's
     variables, then what only the agent knows: where the server is and which CA to trust
     (the task's runtime trusts the server as the agent does)."""
     try:
         TaskEnvironment.from_env(start_env)
     except TaskEnvironmentError as exc:
         raise LaunchError(f"the task environment in the start message is unusable: {exc}") from None
-    env = {k: v for k, v in inherited.items() if k not in WITHHELD_ENV}
+    env = inherited_env(inherited)
     env.update(start_env)
     env.update(TaskEnvironment(server=server_url, ca_file=ca_file).to_env())
-    env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the log as they are printed
     env.setdefault(GRPC_OPTIONS_ENV, GRPC_RECONNECT_OPTIONS)
     return env
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    # If the agent itself is killed, the kernel sends the task SIGKILL: no orphaned servers.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def marker_for(key: TaskKey) -> str:
     """The containment marker of an attempt started without a probed host (tests)."""
     return f"unmanaged-{os.getpid()}/{attempt_name(key)}"
-
-
-class _Protocol(asyncio.SubprocessProtocol):
-    """Output as it comes, and the main process's exit as soon as it is reaped: asyncio's own
-    ``Process.wait`` also waits for the pipes, which a descendant can hold open for ever."""
-
-    def __init__(self, on_data: Callable[[int, bytes], None]) -> None:
-        loop = asyncio.get_running_loop()
-        self._on_data = on_data
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.closed: dict[int, asyncio.Future[None]] = {
-            1: loop.create_future(),
-            2: loop.create_future(),
-        }
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self._on_data(fd, data)
-
-    def redirect(self, on_data: Callable[[int, bytes], None]) -> None:
-        """Output from now on goes to ``on_data`` (a warm process handed to its attempt)."""
-        self._on_data = on_data
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd in self.closed and not self.closed[fd].done():
-            self.closed[fd].set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
 
 
 class TaskOutput:
@@ -220,7 +171,7 @@ class TaskProcess:
         self.key = key
         self.output = TaskOutput(key, on_lines, line_limit)
         self._transport: asyncio.SubprocessTransport | None = None
-        self._protocol: _Protocol | None = None
+        self._protocol: OutputProtocol | None = None
         self._termination_file: Path | None = None
         self.containment = containment or ProcessTreeContainment(marker_for(key))
         self.stop_requested = False
@@ -260,12 +211,12 @@ class TaskProcess:
 
         def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
             containment.preexec()
-            _die_with_parent()
+            die_with_parent()
 
         loop = asyncio.get_running_loop()
         try:
             self._transport, self._protocol = await loop.subprocess_exec(
-                lambda: _Protocol(self.output.feed),
+                lambda: OutputProtocol(self.output.feed),
                 *resolve_argv(command.argv, python),
                 cwd=cwd,
                 env=env,

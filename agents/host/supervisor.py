@@ -14,7 +14,8 @@ from agents.host.container_task import ContainerTask
 from agents.host.containers import DockerEngine
 from agents.host.containment import Containments, reap_orphans
 from agents.host.launcher import LaunchError, TaskProcess
-from agents.host.warm_pool import WarmPool, warm_start_refusal
+from agents.host.warm_eligibility import warm_start_refusal
+from agents.host.warm_pool import WarmPool
 from agents.protocol import (
     MAX_LOG_BATCH,
     MAX_LOG_BATCH_CHARS,

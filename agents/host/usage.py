@@ -1,19 +1,18 @@
 """What the host's GPUs and the tasks' processes use, sampled for the heartbeat every few seconds.
 
 A task attempt's CPU time and resident memory come from its cgroup where it has one (cgroup v2's
-cpu.stat, the memory controller's anonymous memory), else from /proc for each of its processes
-(``Containment.procs()``), summed. GPUs are read through NVML; simulated devices (``--gpus N``)
-are not sampled at all, so that nothing made up reaches the charts.
+cpu.stat, the memory controller's anonymous memory), else from each of its processes
+(``Containment.procs()``, their figures read by agents.host.procfs), summed. GPUs are read
+through NVML; simulated devices (``--gpus N``) are not sampled at all, so that nothing made up
+reaches the charts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -21,37 +20,12 @@ from agents.host import cgroups
 from agents.host.container_task import ContainerTask
 from agents.host.containment import CgroupContainment, Containment
 from agents.host.launcher import TaskProcess
+from agents.host.procfs import ProcessFigures, process_figures
 from agents.protocol import Device, DeviceStats, TaskKey, TaskStats, UsageReport
 
 log = logging.getLogger(__name__)
 
 USAGE_SECONDS = 5.0  # a sample goes with the first heartbeat at least this long after the last
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-@dataclass(frozen=True)
-class ProcessFigures:
-    cpu_seconds: float | None
-    rss_bytes: int | None
-
-
-def process_figures(pids: Iterable[int], proc: Path = Path("/proc")) -> ProcessFigures:
-    """User and system CPU time and resident memory of these processes together; a process
-    that is gone meanwhile counts for nothing. None for both when none could be read."""
-    ticks = pages = read = 0
-    for pid in pids:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = (proc / str(pid) / "stat").read_text()
-            # The command name (field 2) may hold spaces and parentheses: split after its end.
-            fields = stat[stat.rindex(")") + 2 :].split()
-            resident = int((proc / str(pid) / "statm").read_text().split()[1])
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-            pages += resident
-            read += 1
-    if not read:
-        return ProcessFigures(None, None)
-    return ProcessFigures(ticks / CLOCK_TICKS, pages * PAGE_BYTES)
 
 
 def cgroup_resident_bytes(directory: Path) -> int | None:

@@ -32,6 +32,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from agents.host import procfs
+
 MAX_ASSIGNMENT_BYTES = 8 * 1024 * 1024  # a start message's env and argv are far smaller
 CHANNEL_FLAG = "--channel-fd"
 # Exit codes before a task is assigned (never a task's own: nothing of a task has run).
@@ -44,7 +46,10 @@ EXIT_BAD_ASSIGNMENT = 4
 # health, the ps/worker server): 0.1-0.5 s of a warm task's start otherwise. None of them
 # reads the environment at import.
 RUNTIME_MODULES = (
+    "agents.runtime.sink",
+    "agents.runtime.outbox",
     "agents.runtime.sender",
+    "agents.runtime.process_sink",
     "agents.runtime.checkpoints",
     "agents.runtime.event_files",
     "agents.runtime.export",
@@ -92,9 +97,9 @@ def restore_priority(before: tuple[int, os.sched_param] | None) -> None:
     started inherited SCHED_IDLE), before any task can run here."""
     if before is None:
         return
-    for thread in os.listdir("/proc/self/task"):
+    for thread in procfs.thread_ids():
         with contextlib.suppress(ProcessLookupError):  # a thread that just ended
-            os.sched_setscheduler(int(thread), *before)
+            os.sched_setscheduler(thread, *before)
 
 
 def module_origins() -> dict[str, str | None]:

@@ -3,8 +3,8 @@
 Each is ``python -m agents.host.warm`` (see that module), started with the environment every
 task inherits from the agent, its output already on pipes the agent reads, in its own session.
 Once it says it is ready it waits, at no CPU cost, for one assignment; the supervisor takes
-one for an attempt that can start warm (``warm_start_refusal`` says when it cannot), and the
-pool starts another in the background. A warm process serves one attempt and is never reused.
+one for an attempt that can start warm (agents.host.warm_eligibility says when it cannot), and
+the pool starts another in the background. A warm process serves one attempt and is never reused.
 
 The pool holds at most ``size`` idle processes and, together, at most ``memory_budget`` bytes
 of their resident memory, measured on each one once it is ready. A refill (after a process was
@@ -28,10 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.host.launcher import PYTHON_NAMES, WITHHELD_ENV, _die_with_parent, _Protocol
+from agents.host import procfs
+from agents.host.process import OutputProtocol, die_with_parent
+from agents.host.procfs import CpuTimes, free_cpus
 from agents.host.warm import CHANNEL_FLAG
+from agents.host.warm_eligibility import python_entry, task_refusal, warm_env
 from agents.memory_size import format_memory
-from agents.protocol import StartTask
 
 log = logging.getLogger(__name__)
 
@@ -42,137 +44,7 @@ MAX_EARLY_OUTPUT = 256 * 1024  # what a warm process printed before its task (im
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0)  # after warm processes that failed to get ready
 DEFAULT_MEMORY_SHARE = 0.25  # of the host's memory, for idle warm processes together
 REFILL_PATIENCE = 30.0  # the longest a refill waits for a free CPU before it starts anyway
-FREE_CPU_WINDOW = 1.0  # seconds of /proc/stat over which a CPU counts as free or not
-
-CpuTimes = tuple[float, float]  # (idle, total) clock ticks of all CPUs since boot
-
-# Variables read while the interpreter starts or TensorFlow is imported: a task whose
-# environment gives one of them another value than the warm process had cannot be the same
-# warm as cold, and starts cold. The rest of the environment is read later (TF_CONFIG by the
-# strategy, CUDA_VISIBLE_DEVICES when the first device is initialised, GRPC_FAIL_FAST when a
-# channel is made), after the warm process has taken the task's values.
-IMPORT_TIME_PREFIXES = (
-    "PYTHON",  # the interpreter's own (PYTHONPATH, PYTHONHASHSEED, PYTHONUNBUFFERED, ...)
-    "LD_",  # the dynamic loader (LD_PRELOAD, LD_LIBRARY_PATH)
-    "MALLOC_",  # glibc's allocator, set up before main
-    "LC_",  # the locale: stdio and filesystem encodings
-    "TF_CPP_",  # TensorFlow's C++ logging, read when it first logs (the import does)
-    "TF_ENABLE_",  # TF_ENABLE_ONEDNN_OPTS and friends, read by the import
-    "XLA_",
-    "CUDA_",  # CUDA_HOME, CUDA_CACHE_*: found by the import's library loading
-    "OMP_",  # OpenMP and MKL thread pools, made by the import
-    "KMP_",
-    "MKL_",
-    "GRPC_",  # gRPC's tracing and verbosity, read when gRPC is loaded
-)
-IMPORT_TIME_NAMES = frozenset(
-    {"TF_USE_LEGACY_KERAS", "TF_XLA_FLAGS", "KERAS_BACKEND", "LANG", "LANGUAGE", "TZ"}
-)
-# Read after the assignment although their prefixes say otherwise.
-READ_AFTER_IMPORT = frozenset({"CUDA_VISIBLE_DEVICES", "GRPC_FAIL_FAST"})
-
-
-def read_at_import(name: str) -> bool:
-    """Whether a variable is read before a warm process gets its task (see above)."""
-    if name in READ_AFTER_IMPORT:
-        return False
-    return name in IMPORT_TIME_NAMES or name.startswith(IMPORT_TIME_PREFIXES)
-
-
-def warm_env(inherited: Mapping[str, str]) -> dict[str, str]:
-    """A warm process's environment: what every task inherits from the agent (launcher's
-    task_env before the start message's variables), and what the import needs."""
-    env = {k: v for k, v in inherited.items() if k not in WITHHELD_ENV}
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("TF_USE_LEGACY_KERAS", "1")
-    return env
-
-
-def import_time_differences(task: Mapping[str, str], warm: Mapping[str, str]) -> list[str]:
-    """The import-time variables the task would see otherwise than the warm process did."""
-    names = {name for name in (*task, *warm) if read_at_import(name)}
-    return sorted(name for name in names if task.get(name) != warm.get(name))
-
-
-@dataclass(frozen=True)
-class Entry:
-    """How a task's argv runs its Python: a script or a module, and its own arguments."""
-
-    mode: str  # "script" | "module"
-    target: str  # the script's path as given, or the module's name
-    args: list[str]
-
-
-def python_entry(argv: list[str]) -> Entry | None:
-    """`python script.py ...` or `python -m module ...`; None for anything else."""
-    if len(argv) < 2 or argv[0] not in PYTHON_NAMES:
-        return None
-    if argv[1] == "-m":
-        if len(argv) < 3 or not all(part.isidentifier() for part in argv[2].split(".")):
-            return None
-        return Entry("module", argv[2], argv[3:])
-    if argv[1].startswith("-") or not argv[1]:
-        return None  # interpreter options (-u, -X, -c, ...) are the interpreter's business
-    return Entry("script", argv[1], argv[2:])
-
-
-def warm_start_refusal(command: StartTask) -> str | None:
-    """Why this start cannot be warm whatever the pool holds (None: it can)."""
-    if not command.warm_start:
-        return "the job asks for cold starts (warm_start: false)"
-    if command.environment is not None:
-        return "the job runs in its own environment"
-    if python_entry(command.argv) is None:
-        return "the entrypoint is not `python script.py` or `python -m module`"
-    if command.memory_limit is not None:
-        # What a warm process imported is charged to the cgroup it was in before.
-        return "the task has a memory limit"
-    return None
-
-
-def importable_names(directory: Path) -> set[str]:
-    """Top-level modules a directory first on sys.path would provide: modules and regular
-    packages (a namespace package loses to one found later)."""
-    names = set()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(directory):
-            if entry.is_dir():
-                if (Path(entry.path) / "__init__.py").exists():
-                    names.add(entry.name)
-            elif entry.name.endswith((".py", ".pyc", ".so")):
-                names.add(entry.name.split(".", 1)[0])
-    return names
-
-
-def shadowed(modules: Mapping[str, str | None], path0: Path) -> list[str]:
-    """Modules the warm process imported from elsewhere that a cold start would have found
-    in ``path0`` (its sys.path[0]) instead."""
-    real = os.path.realpath(path0)
-    return sorted(
-        name
-        for name in importable_names(path0)
-        if name in modules and modules[name] is not None and modules[name] != real
-    )
-
-
-def rss_bytes(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU time of a process so far."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+FREE_CPU_WINDOW = 1.0  # seconds of the host's CPU times over which a CPU counts as free or not
 
 
 def default_memory_budget() -> int | None:
@@ -187,30 +59,12 @@ def default_size(gpus: int) -> int:
     return gpus + 1
 
 
-def cpu_times() -> CpuTimes | None:
-    """All CPUs' idle and total ticks (/proc/stat's first line); None where it cannot be read."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = [float(value) for value in stat.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    if len(fields) < 5:
-        return None
-    return fields[3] + fields[4], sum(fields[:8])  # idle + iowait; user..steal
-
-
-def free_cpus(before: CpuTimes, after: CpuTimes, cpus: int) -> float:
-    """How many CPUs were idle on average between two samples."""
-    total = after[1] - before[1]
-    return cpus * (after[0] - before[0]) / total if total > 0 else float(cpus)
-
-
 @dataclass
 class WarmProcess:
     """One warm process, ready or not: its pipes (read since it started) and its socket."""
 
     transport: asyncio.SubprocessTransport
-    protocol: _Protocol
+    protocol: OutputProtocol
     channel: socket.socket
     env: dict[str, str]  # what it started with
     early_output: list[tuple[int, bytes]] = field(default_factory=list)
@@ -275,7 +129,7 @@ async def start_warm_process(env: dict[str, str], python: str = sys.executable) 
 
     try:
         transport, protocol = await loop.subprocess_exec(
-            lambda: _Protocol(on_data),
+            lambda: OutputProtocol(on_data),
             python,
             "-m",
             "agents.host.warm",
@@ -287,7 +141,7 @@ async def start_warm_process(env: dict[str, str], python: str = sys.executable) 
             stderr=subprocess.PIPE,
             start_new_session=True,  # as a task's: the session is how it is found and ended
             pass_fds=(theirs.fileno(),),
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     finally:
         theirs.close()
@@ -314,7 +168,7 @@ async def start_warm_process(env: dict[str, str], python: str = sys.executable) 
             f"{tail.decode(errors='replace')}"
         ) from None
     process.modules = dict(ready.get("modules") or {})
-    process.rss = rss_bytes(process.pid)
+    process.rss = procfs.rss_bytes(process.pid)
     return process
 
 
@@ -338,7 +192,7 @@ class WarmPool:
         memory_budget: int | None,
         env: dict[str, str] | None = None,
         refill_patience: float = REFILL_PATIENCE,
-        sample_cpu: Callable[[], CpuTimes | None] = cpu_times,
+        sample_cpu: Callable[[], CpuTimes | None] = procfs.cpu_times,
     ) -> None:
         self.size = size
         self.refill_patience = refill_patience
@@ -360,21 +214,7 @@ class WarmPool:
     def refusal(self, argv: list[str], cwd: Path, env: Mapping[str, str]) -> str | None:
         """Why a start that could be warm (``warm_start_refusal``) cannot be with this pool's
         processes: the task's environment or its directory (None: it can)."""
-        differs = import_time_differences(env, self.env)
-        if differs:
-            return f"the job sets {', '.join(differs)}, read before TensorFlow loads"
-        entry = python_entry(argv)
-        assert entry is not None
-        if entry.mode == "script":
-            script = cwd / entry.target
-            if not script.is_file():
-                return f"{entry.target} is not a file (Python says why)"
-            path0 = Path(os.path.realpath(script)).parent
-        else:
-            path0 = cwd
-        if self.modules and (hidden := shadowed(self.modules, path0)):
-            return f"{path0} has {', '.join(hidden)}, which a warm process imported from elsewhere"
-        return None
+        return task_refusal(argv, cwd, env, self.env, self.modules)
 
     def pids(self) -> set[int]:
         return {process.pid for process in self.idle}
@@ -450,7 +290,7 @@ class WarmPool:
 
     async def until_a_cpu_is_free(self) -> None:
         """Wait while the host has less than one CPU free (tasks training on them), at most
-        ``refill_patience`` seconds; at once where /proc/stat cannot be read."""
+        ``refill_patience`` seconds; at once where the host's CPU times cannot be read."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.refill_patience
         cpus = os.cpu_count() or 1
@@ -484,6 +324,5 @@ class WarmPool:
 
     def usage(self) -> tuple[int, float, int]:
         """(idle processes, their CPU seconds so far, their resident bytes now)."""
-        cpu = sum(cpu_seconds(p.pid) or 0.0 for p in self.idle)
-        rss = sum(rss_bytes(p.pid) or 0 for p in self.idle)
-        return len(self.idle), cpu, rss
+        figures = procfs.process_figures(p.pid for p in self.idle)
+        return len(self.idle), figures.cpu_seconds or 0.0, figures.rss_bytes or 0

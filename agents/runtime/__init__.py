@@ -176,7 +176,7 @@ def flush(timeout: float = 5.0) -> bool:
 
     A process flushes for up to 5 seconds by itself when it exits.
     """
-    from agents.runtime.sender import get_sender
+    from agents.runtime.process_sink import get_sender
 
     try:
         return get_sender().flush(timeout)

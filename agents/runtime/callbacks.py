@@ -52,7 +52,7 @@ from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
     from agents.runtime.coordinator import CoordinatorHealth
-    from agents.runtime.sender import MetricSink
+    from agents.runtime.sink import MetricSink
 
 log = logging.getLogger("strata.runtime")
 
@@ -240,7 +240,7 @@ class MetricsTracker:
     def sink(self) -> MetricSink:
         if self._sink_override is not None:
             return self._sink_override
-        from agents.runtime.sender import get_sender
+        from agents.runtime.process_sink import get_sender
 
         return get_sender()
 
@@ -537,7 +537,7 @@ def make_callbacks(batch_size: int | None = None, *, sink: MetricSink | None = N
     from agents.runtime.checkpoints import checkpoint_callbacks
     from agents.runtime.export import export_callback
     from agents.runtime.flavor import keras_guard
-    from agents.runtime.sender import get_sender
+    from agents.runtime.process_sink import get_sender
     from agents.runtime.warm_start import warm_start_callback
 
     target = sink if sink is not None else get_sender()

@@ -72,7 +72,7 @@ from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
     from agents.protocol import CheckpointSaved, Command
-    from agents.runtime.sender import MetricSink
+    from agents.runtime.sink import MetricSink
 
 log = logging.getLogger("strata.runtime")
 
@@ -179,7 +179,7 @@ class CheckpointKeeper:
         self, directory: str, policy: CheckpointPolicy, sink: MetricSink | None = None
     ) -> None:
         if sink is None:
-            from agents.runtime.sender import get_sender
+            from agents.runtime.process_sink import get_sender
 
             sink = get_sender()
         self.directory = directory

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agents.runtime.sender import MetricSink
+    from agents.runtime.sink import MetricSink
 
 log = logging.getLogger("strata.runtime")
 

@@ -35,7 +35,7 @@ from agents.runtime.flavor import KerasFlavor, keras_flavor
 if TYPE_CHECKING:
     from types import FrameType
 
-    from agents.runtime.sender import MetricSink
+    from agents.runtime.sink import MetricSink
 
 log = logging.getLogger("strata.runtime")
 

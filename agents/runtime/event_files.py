@@ -31,7 +31,7 @@ from typing import Any
 
 from agents.environment import TaskEnvironment, TaskEnvironmentError
 from agents.protocol import CheckpointSaved
-from agents.runtime.sender import EXIT_FLUSH_TIMEOUT, CommandHook, MetricSink
+from agents.runtime.sink import EXIT_FLUSH_TIMEOUT, CommandHook, MetricSink
 
 __all__ = ["DIR_ENV", "EventFileSink", "event_file_dir", "with_event_files"]
 

@@ -39,7 +39,7 @@ from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
     from agents.protocol import CheckpointSaved
-    from agents.runtime.sender import MetricSink
+    from agents.runtime.sink import MetricSink
 
 log = logging.getLogger("strata.runtime")
 
@@ -127,7 +127,7 @@ class Exporter:
     @property
     def sink(self) -> MetricSink:
         if self._sink is None:
-            from agents.runtime.sender import get_sender
+            from agents.runtime.process_sink import get_sender
 
             self._sink = get_sender()
         return self._sink

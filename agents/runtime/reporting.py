@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 from agents.runtime.coordinator import CoordinatorHealth
-from agents.runtime.sender import MetricSink, get_sender, sanitize_name
-from agents.runtime.values import ValueQueue, to_float
+from agents.runtime.process_sink import get_sender
+from agents.runtime.sink import MetricSink
+from agents.runtime.values import ValueQueue, sanitize_name, to_float
 
 log = logging.getLogger("strata.runtime")
 

@@ -14,60 +14,46 @@ lock and a deque append, and everything else happens on one daemon thread:
   someone waits in `flush()` (the process is exiting) the wait is cut short and retries come
   every 0.5 s: a server back from a restart gets the last points before the exit flush gives up;
 * the buffer is bounded: when it is full the oldest unacknowledged point is dropped and
-  counted (`dropped`);
+  counted (`dropped`; agents.runtime.outbox keeps the points);
 * a `Command` frame from the server goes to the hooks registered with `on_command`;
 * checkpoint reports (`report_checkpoint`) are records, not points: each is sent before the
   next batch and resent after a reconnect until the server's `CheckpointAck` names it.
 
 A script run by hand (no STRATA_SERVER, STRATA_TASK_TOKEN, STRATA_TASK or STRATA_ATTEMPT) gets
-a `NullSender`: no thread, no socket, nothing reported. `get_sender()` is the process-wide
-instance that `runtime.report()` and the Keras callbacks use.
+a `NullSender` from `from_env`: no thread, no socket, nothing reported. The process-wide sink
+that `runtime.report()` and the Keras callbacks use is agents.runtime.process_sink's.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import logging
 import os
 import random
-import re
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agents.environment import TaskEnvironment, TaskEnvironmentError
 from agents.protocol import (
     MAX_POINTS_PER_BATCH,
-    METRIC_NAME_PATTERN,
     Ack,
     CheckpointAck,
     CheckpointSaved,
     Command,
     CommandFailed,
-    MetricBatch,
-    MetricPoint,
     TaskHello,
     TaskWelcome,
     runtime_server_message,
 )
-from agents.runtime.values import sanitize_name
+from agents.runtime.outbox import Outbox
+from agents.runtime.sink import EXIT_FLUSH_TIMEOUT, CommandHook, MetricSink, NullSender
 from agents.tls import CA_FILE_ENV, client_ssl
 
-__all__ = [
-    "MetricSender",
-    "MetricSink",
-    "NullSender",
-    "from_env",
-    "get_sender",
-    "sanitize_name",
-    "set_sender",
-    "task_channel_url",
-]
+__all__ = ["MetricSender", "from_env", "task_channel_url"]
 
 log = logging.getLogger("strata.runtime")
 
@@ -78,54 +64,7 @@ BATCH_INTERVAL = 0.1  # seconds between batches while points keep coming
 BACKOFF_MIN = 0.5
 BACKOFF_MAX = 5.0
 ACK_TIMEOUT = 30.0  # the server acknowledges after a database commit; allow a slow one
-EXIT_FLUSH_TIMEOUT = 5.0
-# Frames are JSON; a point is about 80 bytes plus its name, so 5,000 points with the longest
-# names stay near 1.2 MB. The cap only guards against a server with a small frame limit
-# (Strata's takes 8 MiB).
-MAX_BATCH_BYTES = 2 << 20
-MAX_STEP = 2**62
 POLICY_VIOLATION = 1008  # the server's close code for a refused token or task
-
-_NAME = re.compile(METRIC_NAME_PATTERN)
-
-CommandHook = Callable[[Command], None]
-
-
-class Point(NamedTuple):
-    seq: int
-    name: str
-    step: int
-    value: float
-    wall_time: float
-
-
-class MetricSink(Protocol):
-    """Where the runtime's metric points go: the server, nowhere, or a test's recorder."""
-
-    @property
-    def enabled(self) -> bool: ...
-
-    def put(self, name: str, value: float, step: int, wall_time: float | None = None) -> None:
-        """Queues one point; never blocks and never raises."""
-        ...
-
-    def flush(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> bool:
-        """Waits until every point queued so far is stored; False when the timeout passed."""
-        ...
-
-    def close(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> None: ...
-
-    def on_command(self, hook: CommandHook) -> None: ...
-
-    def report_checkpoint(self, saved: CheckpointSaved) -> None:
-        """Queues a checkpoint report; it is resent until the server has stored it."""
-        ...
-
-    def report_command_failed(self, command_id: int, reason: str) -> None: ...
-
-
-def valid_name(name: str) -> bool:
-    return _NAME.match(name) is not None
 
 
 def task_channel_url(server: str) -> str:
@@ -136,31 +75,6 @@ def task_channel_url(server: str) -> str:
     if scheme is None or not parts.netloc:
         raise ValueError(f"{TaskEnvironment.variable('server')}={server!r} is not an http(s) URL")
     return urlunsplit((scheme, parts.netloc, parts.path.rstrip("/") + "/tasks/connect", "", ""))
-
-
-class NullSender:
-    """Reports nothing: a script run by hand, outside Strata."""
-
-    enabled = False
-    dropped = 0
-
-    def put(self, name: str, value: float, step: int, wall_time: float | None = None) -> None:
-        return None
-
-    def flush(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> bool:
-        return True
-
-    def close(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
-        return None
-
-    def on_command(self, hook: CommandHook) -> None:
-        return None
-
-    def report_checkpoint(self, saved: CheckpointSaved) -> None:
-        return None
-
-    def report_command_failed(self, command_id: int, reason: str) -> None:
-        return None
 
 
 class _Refused(Exception):
@@ -197,33 +111,21 @@ class MetricSender:
         self._ssl = client_ssl(url, os.environ.get(CA_FILE_ENV))
         self._token = token
         self._hello = TaskHello(task=task, attempt=attempt)
-        self._capacity = max(1, capacity)
         self._interval = batch_interval
-        self._max_batch = max(1, min(max_batch, MAX_POINTS_PER_BATCH))
         self._ack_timeout = ack_timeout
         self._backoff_min = backoff_min
         self._backoff_max = backoff_max
         self._open_timeout = open_timeout
 
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # an ack or welcome arrived
-        self._buffer: deque[Point] = deque()
-        # Checkpoint reports and command failures, sent before the next batch, in order.
-        self._records: deque[CheckpointSaved | CommandFailed] = deque()
-        self._next_seq = 0
-        self._acked = -1  # the highest sequence number the server says it stores
-        self._names: set[str] = set()  # names already checked against the pattern
+        self._outbox = Outbox(capacity, max_batch)
         self._hooks: list[CommandHook] = []
+        self._hooks_lock = threading.Lock()
         self._closing = threading.Event()
         # Ends a reconnect wait early: set by close(), and by flush() so that a process
         # about to exit does not sleep out a long backoff while the server is back.
         self._wake = threading.Event()
-        self._flushing = 0  # flush() calls waiting now (under the lock)
-        self._warned: set[str] = set()
 
         # Counters, for tests and for whoever wants to look.
-        self.dropped = 0  # oldest points dropped because the buffer was full
-        self.invalid = 0  # points refused by put() (bad name, step or value)
         self.batches_sent = 0
         self.connections = 0  # sessions that got a welcome
         self.connected = False
@@ -237,61 +139,16 @@ class MetricSender:
     # --- the training thread's side -----------------------------------------------------
 
     def put(self, name: str, value: float, step: int, wall_time: float | None = None) -> None:
-        try:
-            if name not in self._names:
-                if not isinstance(name, str) or _NAME.match(name) is None:
-                    self._refuse(f"metric name {name!r} does not match {METRIC_NAME_PATTERN}")
-                    return
-                if len(self._names) < 10_000:
-                    self._names.add(name)
-            value = float(value)
-            step = int(step)
-            if not 0 <= step <= MAX_STEP:
-                self._refuse(f"metric {name}: step {step} is outside 0..2**62")
-                return
-            when = time.time() if wall_time is None else float(wall_time)
-            with self._lock:
-                seq = self._next_seq
-                self._next_seq = seq + 1
-                if len(self._buffer) >= self._capacity:
-                    self._buffer.popleft()
-                    self.dropped += 1
-                    if self.dropped == 1:
-                        self._warn_once(
-                            "overflow",
-                            "strata: metric buffer full (%d points); dropping the oldest",
-                            self._capacity,
-                        )
-                self._buffer.append(Point(seq, name, step, value, when))
-        except Exception as exc:  # a value that is not a number, and anything else
-            self._refuse(f"metric {name!r}: {exc!r}")
+        self._outbox.put(name, value, step, wall_time)
 
     def report_checkpoint(self, saved: CheckpointSaved) -> None:
-        with self._lock:
-            self._records.append(saved)
+        self._outbox.add_record(saved)
 
     def report_command_failed(self, command_id: int, reason: str) -> None:
-        with self._lock:
-            self._records.append(CommandFailed(id=command_id, reason=reason[:4096]))
+        self._outbox.add_record(CommandFailed(id=command_id, reason=reason[:4096]))
 
     def flush(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> bool:
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._changed:
-            target = self._next_seq - 1
-            last_record = self._records[-1] if self._records else None
-            self._flushing += 1
-            self._wake.set()
-            try:
-                while (self._buffer and self._buffer[0].seq <= target) or any(
-                    r is last_record for r in self._records
-                ):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not self._thread.is_alive():
-                        return False
-                    self._changed.wait(min(remaining, 0.5))
-                return True
-            finally:
-                self._flushing -= 1
+        return self._outbox.wait_delivered(timeout, self._wake.set, self._thread.is_alive)
 
     def close(self, timeout: float = EXIT_FLUSH_TIMEOUT) -> None:
         """Flushes for up to `timeout` seconds, then stops the thread."""
@@ -308,35 +165,36 @@ class MetricSender:
 
     def on_command(self, hook: CommandHook) -> None:
         """Calls `hook(command)` on the sender thread for each Command the server sends."""
-        with self._lock:
+        with self._hooks_lock:
             self._hooks.append(hook)
 
     @property
     def pending(self) -> int:
         """Points not yet acknowledged."""
-        return len(self._buffer)
+        return self._outbox.pending
 
     @property
     def acked_seq(self) -> int:
-        return self._acked
+        return self._outbox.acked_seq
 
     @property
     def next_seq(self) -> int:
-        return self._next_seq
+        return self._outbox.next_seq
+
+    @property
+    def dropped(self) -> int:
+        """Oldest points dropped because the buffer was full."""
+        return self._outbox.dropped
+
+    @property
+    def invalid(self) -> int:
+        """Points refused by put() (bad name, step or value)."""
+        return self._outbox.invalid
 
     def _at_exit(self) -> None:
         timeout = self._exit_flush_timeout or 0.0
         with contextlib.suppress(Exception):
             self.close(timeout)
-
-    def _refuse(self, reason: str) -> None:
-        self.invalid += 1
-        self._warn_once(reason, "strata: metric point dropped: %s", reason)
-
-    def _warn_once(self, key: str, message: str, *args: object) -> None:
-        if key not in self._warned and len(self._warned) < 100:
-            self._warned.add(key)
-            log.warning(message, *args)
 
     # --- the sender thread ----------------------------------------------------------------
 
@@ -349,7 +207,7 @@ class MetricSender:
             try:
                 self._session()
             except _Refused as exc:
-                self._warn_once("refused", "strata: the server refused metrics: %s", exc)
+                self._outbox.warn_once("refused", "strata: the server refused metrics: %s", exc)
                 refused = True
             except Exception as exc:
                 log.debug("strata: metric channel to %s failed: %r", self.url, exc)
@@ -362,7 +220,7 @@ class MetricSender:
             elif self.connections != sessions:
                 delay = self._backoff_min  # that session worked: start over from short waits
             pause = delay * random.uniform(0.75, 1.25)
-            if self._flushing and not refused:
+            if self._outbox.flushing and not refused:
                 # Someone waits for these points with a deadline (at exit, 5 s): a long
                 # backoff would outlast it while the server may already be back.
                 pause = min(pause, self._backoff_min)
@@ -404,7 +262,7 @@ class MetricSender:
                 raise TimeoutError("no task_welcome from the server")
             message = self._receive(ws, remaining)
             if isinstance(message, TaskWelcome):
-                self._apply_welcome(message.next_seq)
+                self._outbox.apply_welcome(message.next_seq)
                 self.connections += 1
                 self.connected = True
                 return
@@ -414,13 +272,13 @@ class MetricSender:
         next_tick = time.monotonic()
         while not self._closing.is_set():
             self._send_records(ws)
-            batch = self._take_batch()
+            batch = self._outbox.take_batch()
             if batch:
                 sent_at = time.monotonic()
                 ws.send(batch[1])
                 self.batches_sent += 1
                 self._await_ack(ws, batch[0])
-                if len(self._buffer) >= self._max_batch:
+                if self._outbox.pending >= self._outbox.max_batch:
                     continue  # a backlog: send the next batch at once
                 # The period runs from the send, so the round trip does not add to it.
                 next_tick = sent_at + self._interval
@@ -434,57 +292,24 @@ class MetricSender:
 
     def _send_records(self, ws: Any) -> None:
         """Sends the queued records; a checkpoint report waits for its ack before the next."""
-        while True:
-            with self._lock:
-                if not self._records:
-                    return
-                record = self._records[0]
+        while (record := self._outbox.first_record()) is not None:
             ws.send(record.model_dump_json())
             if isinstance(record, CheckpointSaved):
                 self._await_checkpoint_ack(ws, record)
             else:
-                self._forget_record(record)
+                self._outbox.forget_record(record)
 
     def _await_checkpoint_ack(self, ws: Any, record: CheckpointSaved) -> None:
         deadline = time.monotonic() + self._ack_timeout
-        while any(r is record for r in self._records):
+        while self._outbox.holds(record):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no ack for checkpoint {record.name} in {self._ack_timeout}s")
             self._receive(ws, remaining)
 
-    def _forget_record(self, record: CheckpointSaved | CommandFailed) -> None:
-        with self._changed:
-            if self._records and self._records[0] is record:
-                self._records.popleft()
-            self._changed.notify_all()
-
-    def _take_batch(self) -> tuple[int, str] | None:
-        """(highest seq, frame) for the oldest unacknowledged points, or None if none."""
-        with self._lock:
-            if not self._buffer:
-                return None
-            points = list(itertools.islice(self._buffer, self._max_batch))
-        size = 0
-        wire: list[MetricPoint] = []
-        for point in points:
-            size += len(point.name) + 100
-            if wire and size > MAX_BATCH_BYTES:
-                break
-            wire.append(
-                MetricPoint(
-                    seq=point.seq,
-                    name=point.name,
-                    step=point.step,
-                    value=point.value,
-                    wall_time=point.wall_time,
-                )
-            )
-        return wire[-1].seq, MetricBatch(points=wire).model_dump_json()
-
     def _await_ack(self, ws: Any, seq: int) -> None:
         deadline = time.monotonic() + self._ack_timeout
-        while self._acked < seq:
+        while self._outbox.acked_seq < seq:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no ack for seq {seq} in {self._ack_timeout}s")
@@ -502,42 +327,18 @@ class MetricSender:
             log.debug("strata: ignoring a frame from the server: %r", exc)
             return None
         if isinstance(message, Ack):
-            self._apply_ack(message.seq)
+            self._outbox.apply_ack(message.seq)
         elif isinstance(message, Command):
             self._dispatch(message)
         elif isinstance(message, CheckpointAck):
-            with self._lock:
-                head = self._records[0] if self._records else None
+            head = self._outbox.first_record()
             if isinstance(head, CheckpointSaved) and head.name == message.name:
-                self._forget_record(head)
+                self._outbox.forget_record(head)
         return message
-
-    def _apply_ack(self, seq: int) -> None:
-        with self._changed:
-            if seq > self._acked:
-                self._acked = seq
-            while self._buffer and self._buffer[0].seq <= seq:
-                self._buffer.popleft()
-            self._changed.notify_all()
-
-    def _apply_welcome(self, next_seq: int) -> None:
-        with self._changed:
-            if next_seq > self._next_seq:
-                # The server holds numbers this process never produced (a second process with
-                # the same attempt?): number on from there, or new points would be dropped as
-                # duplicates.
-                log.warning(
-                    "strata: the server already has metric points up to %d; this process "
-                    "numbers from %d on",
-                    next_seq - 1,
-                    next_seq,
-                )
-                self._next_seq = next_seq
-        self._apply_ack(next_seq - 1)
 
     def _dispatch(self, command: Command) -> None:
         log.debug("strata: command %s (id %d) from the server", command.action, command.id)
-        with self._lock:
+        with self._hooks_lock:
             hooks = list(self._hooks)
         for hook in hooks:
             try:
@@ -563,45 +364,3 @@ def from_env(env: Mapping[str, str] | None = None, **options: Any) -> MetricSink
     except Exception as exc:
         log.warning("strata: metrics off: %s", exc)
         return NullSender()
-
-
-_instance: MetricSink | None = None
-_instance_lock = threading.Lock()
-
-
-def get_sender() -> MetricSink:
-    """The process's sender, created from the environment on first use."""
-    global _instance
-    sender = _instance
-    if sender is None:
-        with _instance_lock:
-            if _instance is None:
-                # The points go to TensorBoard event files too, where the task has a dir.
-                from agents.runtime.event_files import with_event_files
-
-                _instance = with_event_files(from_env())
-            sender = _instance
-    return sender
-
-
-def set_sender(sender: MetricSink | None) -> MetricSink | None:
-    """Replaces the process's sender (None: the next use builds one from the environment).
-
-    Returns the previous one, which is not closed.
-    """
-    global _instance
-    with _instance_lock:
-        previous, _instance = _instance, sender
-    return previous
-
-
-def _after_fork_in_child() -> None:
-    # A forked child (a multiprocessing data loader) has no sender thread, and would number
-    # its points from the parent's sequence: it reports nothing.
-    global _instance, _instance_lock
-    _instance_lock = threading.Lock()
-    _instance = NullSender()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

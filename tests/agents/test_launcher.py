@@ -12,13 +12,13 @@ import pytest
 
 from agents.environment import TaskEnvironment
 from agents.host.launcher import (
-    WITHHELD_ENV,
     LaunchError,
     TaskProcess,
     resolve_argv,
     resolve_working_dir,
     task_env,
 )
+from agents.host.process import WITHHELD_ENV
 from agents.protocol import StartTask, TaskKey
 from agents.vocabulary import Role, Strategy, TaskName
 

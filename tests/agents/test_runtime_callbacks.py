@@ -21,10 +21,10 @@ import pytest
 
 from agents import runtime
 from agents.protocol import CheckpointSaved, Command
-from agents.runtime import reporting
-from agents.runtime import sender as sender_module
+from agents.runtime import process_sink, reporting
 from agents.runtime.callbacks import MetricsTracker, learning_rate, strata_metrics_class
 from agents.runtime.coordinator import CoordinatorHealth
+from agents.runtime.sink import NullSender
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -79,7 +79,7 @@ class Recorder:
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
     sink = Recorder()
-    monkeypatch.setattr(sender_module, "_instance", sink)
+    monkeypatch.setattr(process_sink, "_instance", sink)
     monkeypatch.setattr(reporting, "_last_step", 0)
     yield sink
 
@@ -288,7 +288,7 @@ def test_a_failing_sink_never_breaks_training(monkeypatch: pytest.MonkeyPatch) -
         def put(self, name: str, value: float, step: int, wall_time: float | None = None) -> None:
             raise RuntimeError("boom")
 
-    monkeypatch.setattr(sender_module, "_instance", Broken())
+    monkeypatch.setattr(process_sink, "_instance", Broken())
     features, labels = digits_like(128)
     model = build_model()
     history = model.fit(
@@ -577,12 +577,12 @@ def test_coordinator_health_without_the_internals(recorder: Recorder) -> None:
 
 
 def test_watch_coordinator_is_off_without_reporting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sender_module, "_instance", sender_module.NullSender())
+    monkeypatch.setattr(process_sink, "_instance", NullSender())
     assert reporting.watch_coordinator(FakeCoordinator()) is None
     runtime.watch_coordinator(FakeCoordinator())  # nothing, and no error
 
 
 def test_command_hooks_exist_on_every_sink() -> None:
-    sink = sender_module.NullSender()
+    sink = NullSender()
     sink.on_command(lambda command: None)
     assert Command(id=1, action="checkpoint").action == "checkpoint"

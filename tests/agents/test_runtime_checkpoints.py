@@ -38,7 +38,7 @@ from agents.runtime.checkpoints import (
     strata_checkpoints_class,
 )
 from agents.runtime.evaluator import NotUnderStrata, run_sidecar_evaluator
-from agents.runtime.sender import NullSender
+from agents.runtime.sink import NullSender
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agents.runtime import process_sink
 from agents.runtime import sender as sender_module
 from agents.runtime.callbacks import make_callbacks
 from agents.runtime.event_files import (
@@ -21,7 +22,7 @@ from agents.runtime.event_files import (
     event_file_dir,
     with_event_files,
 )
-from agents.runtime.sender import NullSender
+from agents.runtime.sink import NullSender
 from tests.agents.test_runtime_callbacks import Recorder, build_model, digits_like
 
 pytestmark = pytest.mark.slow  # TensorBoard's reader and writer import TensorFlow
@@ -117,9 +118,9 @@ def test_get_sender_writes_event_files_for_a_task_with_a_checkpoint_dir(
     monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
     monkeypatch.setenv("STRATA_TASK", "chief:0")
     monkeypatch.delenv(DIR_ENV, raising=False)
-    previous = sender_module.set_sender(None)
+    previous = process_sink.set_sender(None)
     try:
-        sink = sender_module.get_sender()
+        sink = process_sink.get_sender()
         assert isinstance(sink, EventFileSink) and sink.inner is recorder
         from agents import runtime
 
@@ -128,7 +129,7 @@ def test_get_sender_writes_event_files_for_a_task_with_a_checkpoint_dir(
         assert scalars(tmp_path / "tensorboard" / "chief-0")["custom/thing"][0][:2] == (7, 3.0)
         sink.close(timeout=1)
     finally:
-        sender_module.set_sender(previous)
+        process_sink.set_sender(previous)
 
 
 def fit_and_read(model: Any, tmp_path: Path, epochs: int = 2) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from agents.protocol import (
     TaskWelcome,
     runtime_message,
 )
-from agents.runtime import sender as sender_module
-from agents.runtime.sender import MetricSender, NullSender, from_env, task_channel_url
+from agents.runtime import process_sink
+from agents.runtime.sender import MetricSender, from_env, task_channel_url
+from agents.runtime.sink import NullSender
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "task-token-for-tests"
@@ -380,9 +381,9 @@ def test_no_sender_without_the_task_environment(monkeypatch: pytest.MonkeyPatch)
 
     for name in env:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(sender_module, "_instance", None)
+    monkeypatch.setattr(process_sink, "_instance", None)
     runtime.report("loss", 1.0, 1)  # reports nothing, raises nothing
-    assert isinstance(sender_module.get_sender(), NullSender)
+    assert isinstance(process_sink.get_sender(), NullSender)
     assert runtime.callbacks() == []
     assert runtime.flush(0.1) is True
 

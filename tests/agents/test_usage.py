@@ -4,7 +4,6 @@ containment, and GPUs through a fake NVML (pynvml's functions replaced)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from agents.host.containment import Containments
 from agents.host.supervisor import Supervisor
-from agents.host.usage import GpuSampler, UsageSampler, process_figures
+from agents.host.usage import GpuSampler, UsageSampler
 from agents.protocol import AgentMessage, Device, StartTask, TaskKey, TaskStarted
 from tests.support.strict import missing_dependency
 
@@ -101,19 +100,6 @@ def test_a_sample_is_due_only_every_so_often() -> None:
     assert sampler.due() is None
     now[0] += 0.2
     assert sampler.due() is not None
-
-
-def test_process_figures_sum_the_processes_and_skip_those_gone(tmp_path: Path) -> None:
-    for pid, name, utime, stime, pages in ((10, "a (b) c", 300, 100, 50), (11, "x", 5, 5, 10)):
-        (tmp_path / str(pid)).mkdir()
-        tail = " ".join(["S", "1", *["0"] * 9, str(utime), str(stime), *["0"] * 10])
-        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) {tail}\n")
-        (tmp_path / str(pid) / "statm").write_text(f"999 {pages} 0 0 0 0 0\n")
-    figures = process_figures([10, 11, 12], proc=tmp_path)
-    ticks = os.sysconf("SC_CLK_TCK")
-    assert figures.cpu_seconds == pytest.approx(410 / ticks)
-    assert figures.rss_bytes == 60 * os.sysconf("SC_PAGE_SIZE")
-    assert process_figures([12], proc=tmp_path).cpu_seconds is None
 
 
 class FakeNvml:

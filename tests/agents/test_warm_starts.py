@@ -15,19 +15,9 @@ import pytest
 from agents.host.containment import CgroupContainment
 from agents.host.launcher import TaskProcess
 from agents.host.supervisor import Supervisor
-from agents.host.warm_pool import (
-    Entry,
-    WarmPool,
-    import_time_differences,
-    python_entry,
-    read_at_import,
-    shadowed,
-    start_warm_process,
-    warm_env,
-    warm_start_refusal,
-)
+from agents.host.warm_eligibility import warm_env
+from agents.host.warm_pool import WarmPool, start_warm_process
 from agents.protocol import AgentMessage, StartTask, TaskExit, TaskKey, TaskStarted
-from agents.runtime_environment import RuntimeEnvironment
 from tests.agents.test_containment import ESCAPING, alive, probe
 
 KEY = TaskKey(job_id=3, task="worker:0", attempt=0)
@@ -58,46 +48,6 @@ def start(*argv: str, env: dict[str, str] | None = None, **fields: object) -> St
     # As the server sends it: Strata's TF_USE_LEGACY_KERAS, which the warm processes have too.
     env = {"TF_USE_LEGACY_KERAS": "1", **(env or {})}
     return StartTask(key=KEY, argv=list(argv), working_dir=".", env=env, port=1, gpus=[], **fields)
-
-
-def test_only_python_scripts_and_modules_can_start_warm() -> None:
-    assert python_entry(["python", "t.py", "-x"]) == Entry("script", "t.py", ["-x"])
-    assert python_entry(["python3", "-m", "a.b", "1"]) == Entry("module", "a.b", ["1"])
-    for argv in (["python"], ["python", "-u", "t.py"], ["python", "-c", "x"], ["/bin/sh", "x"]):
-        assert python_entry(argv) is None, argv
-    assert python_entry(["python", "-m", "not-a-name"]) is None
-
-
-def test_the_reasons_a_start_goes_cold_whatever_the_pool_holds() -> None:
-    assert warm_start_refusal(start("python", "t.py")) is None
-    cold = start("python", "t.py", warm_start=False)
-    assert "warm_start: false" in (warm_start_refusal(cold) or "")
-    image = RuntimeEnvironment(image="tensorflow/tensorflow:2.21.0")
-    assert "environment" in (warm_start_refusal(start("python", "t.py", environment=image)) or "")
-    assert "entrypoint" in (warm_start_refusal(start("bash", "run.sh")) or "")
-    assert "memory limit" in (warm_start_refusal(start("python", "t.py", memory_limit=2**30)) or "")
-
-
-def test_variables_read_before_tensorflow_loads_must_match_the_warm_process() -> None:
-    for name in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "XLA_FLAGS", "CUDA_HOME"):
-        assert read_at_import(name), name
-    for name in ("CUDA_VISIBLE_DEVICES", "TF_CONFIG", "GRPC_FAIL_FAST", "DIGITS_BATCH"):
-        assert not read_at_import(name), name
-    warm = warm_env({"PATH": "/bin", "STRATA_AGENT_TOKEN": "secret"})
-    assert "STRATA_AGENT_TOKEN" not in warm and warm["TF_USE_LEGACY_KERAS"] == "1"
-    task = {**warm, "TF_CONFIG": "{}", "CUDA_VISIBLE_DEVICES": "1", "MINE": "x"}
-    assert import_time_differences(task, warm) == []
-    task.update(TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="0")
-    assert import_time_differences(task, warm) == ["TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS"]
-
-
-def test_a_module_in_the_tasks_directory_that_shadows_an_imported_one(tmp_path: Path) -> None:
-    (tmp_path / "numpy.py").write_text("")
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "__init__.py").write_text("")
-    (tmp_path / "notes").mkdir()  # a namespace package loses to the real one: no shadow
-    modules: dict[str, str | None] = {"numpy": "/site", "agents": str(tmp_path), "notes": "/x"}
-    assert shadowed(modules, tmp_path) == ["numpy"]
 
 
 async def run_cold(command: StartTask, workspace: Path) -> tuple[TaskExit, list[str]]:
@@ -150,6 +100,7 @@ async def test_a_warm_script_sees_what_a_cold_one_sees(tmp_path: Path) -> None:
 async def test_a_warm_task_finds_the_runtime_it_will_use_imported_already(tmp_path: Path) -> None:
     # What runtime.callbacks() and the ps/worker server import on first use, in a cold start.
     lazy = ["agents.runtime.sender", "agents.runtime.checkpoints", "agents.runtime.coordinator"]
+    lazy += ["agents.runtime.sink", "agents.runtime.outbox", "agents.runtime.process_sink"]
     lazy += ["agents.runtime.warm_start", "agents.runtime.server", "websockets.sync.client"]
     script = f"import json, sys\nprint(json.dumps([m for m in {lazy!r} if m not in sys.modules]))\n"
     (tmp_path / "loaded.py").write_text(script)

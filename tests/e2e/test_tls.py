@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 # A runtime that reports one point and waits until the server has acknowledged it.
 REPORT_ONE_POINT = (
-    "from agents.runtime.sender import get_sender; s = get_sender(); "
+    "from agents.runtime.process_sink import get_sender; s = get_sender(); "
     "s.put('tls/check', 1.0, 1); assert s.flush(30), 'not acknowledged'; print('reported')"
 )
 
