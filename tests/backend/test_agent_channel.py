@@ -35,6 +35,7 @@ from agents.protocol import (
 )
 from backend.app import create_app
 from backend.auth import Principal, TokenKind
+from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.native import RESEND_SECONDS
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
@@ -414,7 +415,7 @@ def test_a_clash_found_under_the_lock_refuses_the_hello_and_changes_nothing(
     async def no_clash(_self: object, _hello: Hello) -> None:
         return None
 
-    monkeypatch.setattr(Controller, "identity_clash", no_clash)
+    monkeypatch.setattr(AgentReports, "stored_clash", no_clash)
     with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
         clone.send_text(hello(identity=CLONE, address="10.9.9.9"))
         refused = receive(clone)
@@ -440,7 +441,7 @@ def test_a_name_taken_at_attach_refuses_the_agent_and_leaves_no_task_behind(
             return None
 
         hub = client.app.state.hub  # type: ignore[attr-defined]
-        monkeypatch.setattr(Controller, "identity_clash", no_clash)
+        monkeypatch.setattr(AgentReports, "stored_clash", no_clash)
         monkeypatch.setattr(hub, "connection", lambda _name: None)  # the checks see no one
         with client.websocket_connect("/agents/connect", headers=AGENT) as clone:
             clone.send_text(hello(identity=CLONE, address="10.9.9.9"))

@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.hosts.models import Host
-from backend.hosts.service import NameClash
+from backend.hosts.names import NameClash
 from backend.jobs.models import Job, Task
 from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec

@@ -17,8 +17,8 @@ from backend.hosts.models import Host
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.scheduling import controller as controller_module
-from backend.scheduling import task_events
+from backend.scheduling import agent_reports, task_events
+from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
 from backend.scheduling.transaction import Transaction
@@ -215,10 +215,10 @@ async def reported_over_a_concurrent_change(
 async def test_an_exit_is_applied_again_when_its_job_changed_meanwhile(
     quiet_api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    controller: Controller = quiet_api.app.state.controller  # type: ignore[attr-defined]
+    reports: AgentReports = quiet_api.app.state.agent_reports  # type: ignore[attr-defined]
 
     async def report(exit: TaskExit) -> None:
-        await controller.on_task_exited("host-a", exit)
+        await reports.on_task_exited("host-a", exit)
 
     job_id, tries = await reported_over_a_concurrent_change(
         quiet_api, monkeypatch, report, (task_events, "apply_exit")
@@ -235,7 +235,7 @@ async def test_an_exit_is_applied_again_when_its_job_changed_meanwhile(
 async def test_a_hello_is_applied_again_when_a_job_changed_meanwhile(
     quiet_api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    controller: Controller = quiet_api.app.state.controller  # type: ignore[attr-defined]
+    reports: AgentReports = quiet_api.app.state.agent_reports  # type: ignore[attr-defined]
     answers: list[list[object]] = []
 
     async def report(exit: TaskExit) -> None:
@@ -248,10 +248,10 @@ async def test_a_hello_is_applied_again_when_a_job_changed_meanwhile(
             identity=IDENTITY,
             finished=[exit],  # it ended while the agent was away
         )
-        answers.append(list(await controller.on_hello(hello)))
+        answers.append(list(await reports.on_hello(hello)))
 
     job_id, tries = await reported_over_a_concurrent_change(
-        quiet_api, monkeypatch, report, (controller_module, "register_host")
+        quiet_api, monkeypatch, report, (agent_reports, "register_host")
     )
     assert tries == 2
     (answer,) = answers

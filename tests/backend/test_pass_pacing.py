@@ -16,6 +16,7 @@ from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.scheduling.controller import PASS_GAP_FACTOR, PASS_GAP_SECONDS, Controller
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.native import NativeAgents
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
 
@@ -25,11 +26,12 @@ from tests.conftest import Api
 async def test_a_pass_starts_no_sooner_than_the_gap_after_the_last(
     held: float, others_waiting: bool
 ) -> None:
+    settings = Settings()
+    tokens = TokenRegistry({TokenKind.admin: SecretStr("a" * 32), TokenKind.agent: None})
     controller = Controller(
-        settings=Settings(),
+        settings=settings,
         sessions=None,  # type: ignore[arg-type]  # never opened: the passes are stand-ins
-        hub=AgentHub(),
-        tokens=TokenRegistry({TokenKind.admin: SecretStr("a" * 32), TokenKind.agent: None}),
+        backend=NativeAgents(settings=settings, tokens=tokens, hub=AgentHub()),
     )
     starts: list[float] = []
 
