@@ -2,10 +2,12 @@
 
 Level-triggered, like a Kubernetes controller. The database holds what should run; agents
 report what does run (in hello and heartbeats) and what exited. A pass runs the reconcilers
-(backend.scheduling.reconcilers) in one transaction; requests and agent reports are applied
-the same way. Every change to jobs and tasks goes through this class, under one lock, and
-jobs are versioned: a change that read a job another writer has changed since is applied
-again on fresh state, so an acknowledged request is never undone by something concurrent.
+(backend.scheduling.reconcilers) in one transaction; requests and agent reports
+(backend.scheduling.agent_reports, which uses `committed` and `send`) are applied the same
+way. Where tasks run is the TaskBackend it is given. Every change to jobs and tasks goes
+through this class, under one lock, and jobs are versioned: a change that read a job another
+writer has changed since is applied again on fresh state, so an acknowledged request is never
+undone by something concurrent.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Compares what agents say they run with what they should run, and sends the difference.
 
 A heartbeat asks for a comparison only when what the agent runs changed, or while a command
-it has not answered yet may be due again (see Controller.on_heartbeat); a hello always does.
+it has not answered yet may be due again (see AgentReports.on_heartbeat); a hello always does.
 """
 
 from __future__ import annotations
