@@ -49,12 +49,21 @@ class QuietSocket:
 
 async def test_a_name_is_attached_to_one_identity_at_a_time() -> None:
     agents = hub.AgentHub()
-    first = hub.AgentConnection("host-a", QuietSocket(), identity="first-identity-0000")  # type: ignore[arg-type]
+    first = hub.AgentConnection(
+        "host-a",
+        QuietSocket(),  # type: ignore[arg-type]
+        identity="first-identity-0000",
+        address="10.0.0.5",
+    )
     assert agents.attach(first) is None
     clone = hub.AgentConnection("host-a", QuietSocket(), identity="clone-identity-0000")  # type: ignore[arg-type]
     with pytest.raises(hub.NameTaken) as taken:
         agents.attach(clone)
     assert taken.value.connected is first and agents.connection("host-a") is first
+    assert str(taken.value) == (
+        "host-a is already connected from 10.0.0.5 with another identity; "
+        "start this agent with another --name"
+    )
     again = hub.AgentConnection("host-a", QuietSocket(), identity="first-identity-0000")  # type: ignore[arg-type]
     assert agents.attach(again) is first  # the same agent, reconnected: it replaces
     assert agents.connection("host-a") is again
