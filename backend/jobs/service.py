@@ -311,10 +311,6 @@ async def _job_views(
     return views, int(total)
 
 
-async def job_exists(*, session: AsyncSession, job_id: int) -> bool:
-    return await session.get(Job, job_id) is not None
-
-
 async def latest_events(
     *,
     session: AsyncSession,
