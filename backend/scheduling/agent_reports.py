@@ -164,8 +164,8 @@ class AgentReports:
         """A task attempt an agent has started (warm or cold, if it says): applied by the
         next pass."""
         self.view.reported_starts.setdefault(host_name, []).append((key, pid))
-        # A heartbeat that lists it is not asked to be compared for it: while ten thousand
-        # tasks started, a comparison per host per start was most of the controller's work.
+        # A heartbeat that lists it is not asked to be compared for it: a comparison per host
+        # per start would swamp the controller while many tasks start.
         self.view.running.started(host_name, key)
         if mode is not None:
             self.view.start_modes[key] = mode

@@ -99,8 +99,8 @@ class Controller:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period * random.uniform(0.8, 1.2)):
                     await self._wake.wait()
-            # A burst of wake-ups (submissions, agents' starts) is taken in by one pass: a
-            # pass per submission cost more than the submissions themselves.
+            # A burst of wake-ups (submissions, agents' starts) is taken in by one pass: each
+            # pass has fixed queries, which one pass per submission would repeat.
             await asyncio.sleep(last_pass + gap - time.monotonic())
             last_pass = time.monotonic()
             self._wake.clear()
