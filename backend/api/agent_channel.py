@@ -214,9 +214,9 @@ async def _serve(
     """Read the agent's frames and apply them, on two tasks.
 
     The reader notes that the agent is alive as each frame arrives, whatever the applier is
-    waiting for (the controller's lock, the database): with a thousand agents starting ten
-    thousand tasks, applying lags behind by seconds, and a host whose heartbeats sat unread
-    behind its own task reports was taken for lost, its jobs placed again, and so on. Frames
+    waiting for (the controller's lock, the database): applying may lag behind under load,
+    and a host whose heartbeats sat unread behind its own task reports would be taken for
+    lost and its jobs placed again. Frames
     are applied in the order they came; a full backlog slows the reader down.
     """
     backlog: asyncio.Queue[object] = asyncio.Queue(BACKLOG_FRAMES)

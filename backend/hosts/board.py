@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 # to go on being served beside it.
 ENCODED_IN_LOOP = 200
 # Rows written (tasks and hosts) since the last keep-up past which it waits for a quieter
-# interval: while a thousand jobs start, every host changes every second or so, and encoding
-# each again every second was a twentieth of the server's CPU, for nobody in between.
+# interval: while many jobs start, every host changes often, and encoding each again every
+# interval spends the server's CPU for nobody in between.
 BURST_ROWS = 500
 # Job names kept for tasks written later; past this many only those of the tasks shown are
 # kept (a task of a job the board does not know has its host read again).
@@ -67,7 +67,7 @@ class HostPart:
     def encode(
         self, usage: UsageBoard, job_names: dict[int, str], samples: tuple[float | None, ...] | None
     ) -> None:
-        """Plain values encoded in one go, not models: building ten thousand of those cost
+        """Plain values encoded in one go, not models: building a model per row would cost
         more than all the rest of a request."""
         host = self.row
         online = host.status is HostStatus.online
@@ -139,8 +139,8 @@ class ClusterBoard:
         self, sessions: Callable[[], AsyncSession], usage: UsageBoard, interval: float = 1.0
     ) -> None:
         """Keeps up every `interval` seconds until cancelled, so that a request finds little
-        left to do: after a burst of placements, encoding a thousand changed hosts took the
-        next request over 100 ms."""
+        left to do: after a burst of placements, the next request would otherwise encode
+        every changed host itself."""
         while True:
             await asyncio.sleep(interval)
             try:

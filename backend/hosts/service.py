@@ -175,8 +175,8 @@ DeviceRow = tuple[int, str, str, str | None, int | None, bool]
 
 @dataclass(frozen=True)
 class ClusterRows:
-    """What the cluster view is built from, read as plain rows: loading a thousand hosts and
-    their eight thousand devices as objects was most of a request."""
+    """What the cluster view is built from, read as plain rows: loading every host and
+    device as an object would cost more than the rest of the request."""
 
     hosts: list[Any]
     devices: dict[int, list[DeviceRow]]  # by host id, in index order
