@@ -1,7 +1,7 @@
 """The cluster view (GET /cluster) kept in memory and brought up to date from what changed.
 
-At a thousand hosts the view is eight thousand devices and ten thousand tasks: reading and
-encoding all of it took most of a second per request. The board reads every host once; after
+The view holds every host, device and live task: reading and encoding all of it per request
+is too slow for a large cluster. The board reads every host once; after
 that, each committed transaction tells it what it wrote (backend.hosts.changes): tasks are
 applied in memory as written, and only hosts whose own row or devices changed are read again,
 with the heartbeat times when they were written. Each host's part of the answer is kept

@@ -158,7 +158,7 @@ class PendingJobs:
 
 async def _pending_jobs(session: AsyncSession, queue: list[int]) -> AsyncIterator[Job]:
     """The queued jobs with their tasks, in queue order, loaded a page at a time: a pass
-    places a few dozen, and loading every queued job's tasks each pass was most of it."""
+    places a bounded number, so loading every queued job's tasks each pass would be waste."""
     for first in range(0, len(queue), PENDING_PAGE):
         page = queue[first : first + PENDING_PAGE]
         loaded = {
