@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ from backend.api.streams import Subscribe
 from backend.app import create_app
 from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
+from backend.streams.frames import EventFrame, StreamEvent
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
 from tests.support.factories import make_spec
 from tests.support.runtime_channel import task_token
@@ -534,7 +536,17 @@ def expect_stream(frames: list[Frame]) -> Outcome:
 
 def stream_probe(client: TestClient, topic: str, job_id: int, event_id: int) -> None:
     broker: Broker = client.app.state.broker  # type: ignore[attr-defined]
-    frame = {"type": "event", "job_id": job_id, "event": {"id": event_id, "kind": "probe"}}
+    event = StreamEvent(
+        id=event_id,
+        at=datetime.now(UTC),
+        kind="probe",
+        task=None,
+        from_status=None,
+        to_status=None,
+        message=None,
+        data={},
+    )
+    frame = EventFrame(type="event", job_id=job_id, event=event)
     client.portal.call(broker.publish, topic, frame)  # type: ignore[union-attr]
 
 
