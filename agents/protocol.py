@@ -158,7 +158,7 @@ class Heartbeat(_Message):
     type: Literal["heartbeat"] = "heartbeat"
     running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
     # True: the agent runs what its last hello or heartbeat on this connection listed, and
-    # `running` is left empty. Reading a thousand agents' unchanged lists every second was
+    # `running` is left empty: reading every agent's unchanged list on every beat would be
     # most of what heartbeats cost the server.
     running_unchanged: bool = False
     usage: UsageReport | None = None  # in a heartbeat every few seconds, not in each one

@@ -43,8 +43,10 @@ from backend.hosts.usage import UsageBoard
 from backend.jobs.intake import JobIntake
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
+from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.native import NativeAgents
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.schema import upgrade_database
 from backend.shutdown import close_within, stop_services
@@ -105,13 +107,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.logs = LogStore(
             settings.data_dir / "logs", settings.log_bytes_per_task, publish_log
         )
+        # Tasks run on native agents, reached through the hub; the controller sees only
+        # the TaskBackend, and the agents' reports reach it through AgentReports.
+        agents = NativeAgents(settings=settings, tokens=app.state.tokens, hub=app.state.hub)
         app.state.controller = Controller(
-            settings=settings,
-            sessions=app.state.sessions,
-            hub=app.state.hub,
-            tokens=app.state.tokens,
-            monitor=monitor,
+            settings=settings, sessions=app.state.sessions, backend=agents, monitor=monitor
         )
+        app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
         # Submissions waiting for the controller are written together (backend.jobs.intake).
         app.state.intake = JobIntake(
             apply=functools.partial(app.state.controller.apply, frees_or_takes_capacity=False)

@@ -84,7 +84,7 @@ POOL_SIZE = 20
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An engine with the per-backend settings the server relies on."""
     # JSON columns (a job's spec, each task's TF_CONFIG) read with pydantic-core's parser:
-    # the same values as the standard library's, decoded in a third of the time, and a
+    # the same values as the standard library's, decoded faster, and a
     # placement pass decodes tens of thousands of them.
     kwargs.setdefault("json_deserializer", from_json)
     kwargs.setdefault("pool_size", POOL_SIZE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection
@@ -10,10 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 # Migration files are named by date and slug, e.g. 20261122_initial_schema.py.
 FILE_TEMPLATE = "%%(year)d%%(month).2d%%(day).2d_%%(slug)s"
 
+# migrations/ sits beside the backend package: at the repository's top level, and in
+# site-packages once installed (the wheel ships it as a package of its own).
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
 
 def alembic_config(url: str | None = None) -> Config:
     config = Config()
-    config.set_main_option("script_location", "backend:migrations")
+    config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("file_template", FILE_TEMPLATE)
     if url:
         config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))

@@ -48,7 +48,7 @@ class OneTripCursor(AsyncAdapt_aiosqlite_cursor):
     __slots__ = ("_outcome",)
 
     def __init__(self, adapt_connection: AsyncAdapt_aiosqlite_connection) -> None:
-        # No aiosqlite cursor is opened here (that was a trip of its own).
+        # No aiosqlite cursor is opened here: opening one is a trip to its thread of its own.
         self._adapt_connection = adapt_connection
         self._connection = adapt_connection._connection
         self._cursor = None  # type: ignore[assignment]

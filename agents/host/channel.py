@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 16 << 20
 # No permessage-deflate: an agent's frames are mostly heartbeats of a few hundred bytes, and
-# compressing each cost the server CPU per frame and a zlib context per connected agent.
+# compressing each would cost the server CPU per frame and a zlib context per connected agent.
 COMPRESSION = None
 LOG_FLUSH_SECONDS = 0.1
 

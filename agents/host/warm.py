@@ -43,8 +43,8 @@ EXIT_BAD_ASSIGNMENT = 4
 
 # The runtime's modules that `agents.runtime` imports only when a task first needs them
 # (callbacks(), the metric sender and its websocket client, checkpoints, the coordinator's
-# health, the ps/worker server): 0.1-0.5 s of a warm task's start otherwise. None of them
-# reads the environment at import.
+# health, the ps/worker server): imported ahead, so that a warm task's start does not wait
+# for them. None of them reads the environment at import.
 RUNTIME_MODULES = (
     "agents.runtime.sink",
     "agents.runtime.outbox",

@@ -59,7 +59,7 @@ log = logging.getLogger("strata.runtime")
 BATCH_INTERVAL = 0.5  # seconds between batch-level reports
 THROUGHPUT_INTERVAL = 2.0  # seconds between in-epoch throughput points
 # Under PS a step's outputs are copied back to the chief only while something holds its
-# RemoteValue; holding every step's cost a fifth of the training speed. So only a sample is
+# RemoteValue, and holding every step's slows training noticeably. So only a sample is
 # held: about one per PS_SAMPLE_SECONDS of training (a quarter epoch until the rate is known).
 PS_SAMPLE_SECONDS = 1.0
 PS_FIRST_EPOCH_SAMPLES = 4

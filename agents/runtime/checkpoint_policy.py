@@ -42,7 +42,8 @@ class CheckpointPolicy:
     keep_best: KeepBest | None = None
     # BackupAndRestore's backups (what a restarted chief resumes from) at an epoch end only
     # when this long has passed since the last one, or since training began; 0: every epoch.
-    # Under parameter_server a backup costs 0.1-0.3 s, which on short epochs halved steps/s.
+    # Under parameter_server a backup is slow enough that one every short epoch costs much of
+    # the training speed.
     backup_every_seconds: float = 30.0
 
     @property

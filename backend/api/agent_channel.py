@@ -24,7 +24,7 @@ from agents.protocol import (
 )
 from backend import security
 from backend.api.deps import (
-    ControllerDep,
+    AgentReportsDep,
     HubDep,
     LogStoreDep,
     SettingsDep,
@@ -35,10 +35,10 @@ from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.config import Settings
 from backend.db import to_the_end
-from backend.hosts.service import NameClash, connected_clash
+from backend.hosts.names import NameClash
 from backend.hosts.usage import UsageBoard
+from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.cluster import StartMode
-from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection, NameTaken
 from backend.slurm.reconcile import SlurmBackend
 from backend.streams.logs import LogStore
@@ -64,7 +64,7 @@ async def agent_channel(
     websocket: WebSocket,
     settings: SettingsDep,
     hub: HubDep,
-    controller: ControllerDep,
+    reports: AgentReportsDep,
     logs: LogStoreDep,
     usage: UsageDep,
 ) -> None:
@@ -118,21 +118,9 @@ async def agent_channel(
             await _refuse(inbound, refusal, cause="job_agent")
             return
 
-    # One name, one host: an agent with another identity may not take a name in use,
-    # whether its agent is connected (the hub) or between connections (the host's row,
-    # online). The hello checks the row again under the controller's lock.
-    def connected_elsewhere() -> str | None:
-        connected = hub.connection(hello.name)
-        if connected is None or connected.identity == hello.identity:
-            return None
-        return connected_clash(hello.name, connected.address)
-
-    clash = (
-        connected_elsewhere()
-        or await to_the_end(controller.identity_clash(hello))
-        or connected_elsewhere()  # again: an agent may have joined during the read
-    )
-    if clash is not None:
+    # One name, one host (backend.hosts.names), asked before the attach, at it, and again
+    # when the hello is applied.
+    if (clash := await to_the_end(reports.admit(hello))) is not None:
         await _refuse(inbound, clash, cause="name_clash")
         return
     # No await from the check above to the attach: two agents saying hello at once under
@@ -147,8 +135,7 @@ async def agent_channel(
     try:
         replaced = hub.attach(connection)
     except NameTaken as taken:  # the checks above should have found it: refused all the same
-        clash = connected_clash(hello.name, taken.connected.address)
-        await _refuse(inbound, clash, cause="name_clash")
+        await _refuse(inbound, str(taken), cause="name_clash")
         return
     if replaced is not None:
         await replaced.close(1000, "replaced by a newer connection from the same agent")
@@ -161,7 +148,7 @@ async def agent_channel(
     )
     try:
         try:
-            first = await to_the_end(controller.on_hello(hello))
+            first = await to_the_end(reports.on_hello(hello))
         except NameClash as clash:  # a hello under this name got in between: it stays
             await _refuse(inbound, str(clash), cause="name_clash")
             return
@@ -170,7 +157,7 @@ async def agent_channel(
         connection.welcomed = True
         await _serve(
             inbound,
-            controller,
+            reports,
             logs,
             usage,
             connection,
@@ -217,7 +204,7 @@ class _Listed:
 
 async def _serve(
     inbound: Inbound,
-    controller: Controller,
+    reports: AgentReports,
     logs: LogStore,
     usage: UsageBoard,
     connection: AgentConnection,
@@ -227,9 +214,9 @@ async def _serve(
     """Read the agent's frames and apply them, on two tasks.
 
     The reader notes that the agent is alive as each frame arrives, whatever the applier is
-    waiting for (the controller's lock, the database): with a thousand agents starting ten
-    thousand tasks, applying lags behind by seconds, and a host whose heartbeats sat unread
-    behind its own task reports was taken for lost, its jobs placed again, and so on. Frames
+    waiting for (the controller's lock, the database): applying may lag behind under load,
+    and a host whose heartbeats sat unread behind its own task reports would be taken for
+    lost and its jobs placed again. Frames
     are applied in the order they came; a full backlog slows the reader down.
     """
     backlog: asyncio.Queue[object] = asyncio.Queue(BACKLOG_FRAMES)
@@ -237,18 +224,16 @@ async def _serve(
     async def apply() -> None:
         while (message := await backlog.get()) is not _END:
             if isinstance(message, Heartbeat) and message.usage is None:
-                _beat(controller, message, connection.host_name, listed)  # in memory only
+                _beat(reports, message, connection.host_name, listed)  # in memory only
                 continue
             # Applied whole even if the channel drops meanwhile (see `to_the_end`).
-            await to_the_end(
-                _dispatch(controller, logs, usage, connection, message, max_line, listed)
-            )
+            await to_the_end(_dispatch(reports, logs, usage, connection, message, max_line, listed))
 
     applier = asyncio.create_task(apply(), name=f"agent-apply-{connection.host_name}")
     try:
         twice = False
         while (incoming := await inbound.next(agent_message)) is not None:
-            controller.heard_from(connection.host_name)
+            reports.heard_from(connection.host_name)
             if applier.done():
                 break  # it failed: its exception is raised below
             if isinstance(incoming, Hello):
@@ -266,14 +251,14 @@ async def _serve(
         applier.cancel()
 
 
-def _beat(controller: Controller, beat: Heartbeat, host: str, listed: _Listed) -> None:
+def _beat(reports: AgentReports, beat: Heartbeat, host: str, listed: _Listed) -> None:
     if not beat.running_unchanged:
         listed.update(beat.running)
-    controller.on_heartbeat(host, listed.running, listed.keys)
+    reports.on_heartbeat(host, listed.running, listed.keys)
 
 
 async def _dispatch(
-    controller: Controller,
+    reports: AgentReports,
     logs: LogStore,
     usage: UsageBoard,
     connection: AgentConnection,
@@ -283,18 +268,18 @@ async def _dispatch(
 ) -> None:
     host = connection.host_name
     if isinstance(message, Heartbeat):
-        _beat(controller, message, host, listed)
+        _beat(reports, message, host, listed)
         if message.usage is not None:
             await usage.record(host, message.usage)
     elif isinstance(message, TaskStarted):
         mode = None if message.warm is None else StartMode(message.warm, message.cold_reason)
-        controller.on_task_started(host, message.key, message.pid, mode)
+        reports.on_task_started(host, message.key, message.pid, mode)
     elif isinstance(message, TaskExited):
         tail = [log_line(line, max_line) for line in message.exit.log_tail]
-        await controller.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))
+        await reports.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))
     elif isinstance(message, TaskLogs):
         key = message.key
-        if not await _owns(controller, connection, key):
+        if not await _owns(reports, connection, key):
             # Acknowledged without storing: the agent drops them instead of resending forever.
             security.refused(
                 f"agent {host}",
@@ -311,12 +296,12 @@ async def _dispatch(
         )
 
 
-async def _owns(controller: Controller, connection: AgentConnection, key: TaskKey) -> bool:
+async def _owns(reports: AgentReports, connection: AgentConnection, key: TaskKey) -> bool:
     """Whether the task attempt runs (or ran) on this connection's host; remembered once seen."""
     own = (key.job_id, key.task, key.attempt)
     if own in connection.own_attempts:
         return True
-    if await controller.attempt_ran_on(connection.host_name, key):
+    if await reports.attempt_ran_on(connection.host_name, key):
         connection.own_attempts.add(own)
         return True
     return False

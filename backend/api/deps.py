@@ -22,6 +22,7 @@ from backend.hosts.board import ClusterBoard
 from backend.hosts.usage import UsageBoard
 from backend.jobs.intake import JobIntake
 from backend.jobs.models import Job
+from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -74,6 +75,10 @@ def get_controller(connection: HTTPConnection) -> Controller:
     return app_state(connection, "controller", Controller)
 
 
+def get_agent_reports(connection: HTTPConnection) -> AgentReports:
+    return app_state(connection, "agent_reports", AgentReports)
+
+
 def get_intake(connection: HTTPConnection) -> JobIntake:
     return app_state(connection, "intake", JobIntake)
 
@@ -124,6 +129,7 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 # the socket is open.
 SessionsDep = Annotated[async_sessionmaker[AsyncSession], Depends(on_the_loop(get_sessions))]
 ControllerDep = Annotated[Controller, Depends(on_the_loop(get_controller))]
+AgentReportsDep = Annotated[AgentReports, Depends(on_the_loop(get_agent_reports))]
 IntakeDep = Annotated[JobIntake, Depends(on_the_loop(get_intake))]
 LogStoreDep = Annotated[LogStore, Depends(on_the_loop(get_logs))]
 IngestorDep = Annotated[Ingestor, Depends(on_the_loop(get_ingestor))]

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Path, Response
 from backend.api.audit import ClientSource
 from backend.api.deps import (
     AdminPrincipal,
+    AgentReportsDep,
     CallerAccess,
     ClusterBoardDep,
-    ControllerDep,
     SessionDep,
     SessionsDep,
     SignedInPrincipal,
@@ -42,7 +42,7 @@ async def list_hosts(session: SessionDep, usage: UsageDep, _: SignedInPrincipal)
 @router.delete("/hosts/{name}", response_model=HostRead, responses=error_responses(404, 409))
 async def forget_host(
     name: HostName,
-    controller: ControllerDep,
+    reports: AgentReportsDep,
     usage: UsageDep,
     principal: AdminPrincipal,
     source: ClientSource,
@@ -58,7 +58,7 @@ async def forget_host(
             target=f"host {name}",
         )
 
-    forgotten = await controller.forget_host(name, also=recorded)
+    forgotten = await reports.forget_host(name, also=recorded)
     usage.forget(name)
     return forgotten
 

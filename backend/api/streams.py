@@ -9,7 +9,6 @@ cursor and history fills the gap.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -130,9 +129,6 @@ async def _subscribe(inbound: Inbound) -> Cursor | None:
 async def _send(websocket: WebSocket, frame: object, cursor: Cursor) -> None:
     if isinstance(frame, ServerFrame):
         await websocket.send_text(frame.text(cursor.encode()))
-    elif isinstance(frame, dict):
-        # Anything else published on a stream's topic (a plain JSON object) goes out as it is.
-        await websocket.send_text(json.dumps({**frame, "cursor": cursor.encode()}, allow_nan=False))
 
 
 @router.websocket("/jobs/{job_id}/stream")

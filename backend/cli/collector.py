@@ -5,8 +5,8 @@ from __future__ import annotations
 import gc
 
 # Young collections after this many new container objects (CPython's default is 700). A
-# server under a thousand agents allocates quickly, and each full collection walked every
-# object the process holds: 200-300 ms, every second or two, which was the tail of GET /jobs.
+# server under many agents allocates quickly, and each full collection walks every object
+# the process holds, stalling the requests waiting meanwhile.
 YOUNG_THRESHOLD = 10_000
 
 

@@ -1,7 +1,7 @@
 """The cluster view (GET /cluster) kept in memory and brought up to date from what changed.
 
-At a thousand hosts the view is eight thousand devices and ten thousand tasks: reading and
-encoding all of it took most of a second per request. The board reads every host once; after
+The view holds every host, device and live task: reading and encoding all of it per request
+is too slow for a large cluster. The board reads every host once; after
 that, each committed transaction tells it what it wrote (backend.hosts.changes): tasks are
 applied in memory as written, and only hosts whose own row or devices changed are read again,
 with the heartbeat times when they were written. Each host's part of the answer is kept
@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 # to go on being served beside it.
 ENCODED_IN_LOOP = 200
 # Rows written (tasks and hosts) since the last keep-up past which it waits for a quieter
-# interval: while a thousand jobs start, every host changes every second or so, and encoding
-# each again every second was a twentieth of the server's CPU, for nobody in between.
+# interval: while many jobs start, every host changes often, and encoding each again every
+# interval spends the server's CPU for nobody in between.
 BURST_ROWS = 500
 # Job names kept for tasks written later; past this many only those of the tasks shown are
 # kept (a task of a job the board does not know has its host read again).
@@ -67,7 +67,7 @@ class HostPart:
     def encode(
         self, usage: UsageBoard, job_names: dict[int, str], samples: tuple[float | None, ...] | None
     ) -> None:
-        """Plain values encoded in one go, not models: building ten thousand of those cost
+        """Plain values encoded in one go, not models: building a model per row would cost
         more than all the rest of a request."""
         host = self.row
         online = host.status is HostStatus.online
@@ -139,8 +139,8 @@ class ClusterBoard:
         self, sessions: Callable[[], AsyncSession], usage: UsageBoard, interval: float = 1.0
     ) -> None:
         """Keeps up every `interval` seconds until cancelled, so that a request finds little
-        left to do: after a burst of placements, encoding a thousand changed hosts took the
-        next request over 100 ms."""
+        left to do: after a burst of placements, the next request would otherwise encode
+        every changed host itself."""
         while True:
             await asyncio.sleep(interval)
             try:

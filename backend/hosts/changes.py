@@ -134,7 +134,7 @@ def _note_updated(mapper: Mapper[Any], connection: Connection, target: object) -
 
 
 # Row by row from the flush, rather than from session.dirty after it: that set is built by
-# comparing every modified object's attributes, which cost a placement pass several percent.
+# comparing every modified object's attributes, work a placement pass need not do.
 for model, inserted_or_deleted in (
     (Task, ("after_insert",)),  # tasks are deleted only with their job: never
     (Job, ("after_insert",)),  # a job's name never changes

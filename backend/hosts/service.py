@@ -16,6 +16,7 @@ from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.hosts.changes import TaskRow, note_hosts
 from backend.hosts.models import Device, Host
+from backend.hosts.names import NameClash, admit_hello
 from backend.hosts.schemas import (
     DeviceRead,
     HostRead,
@@ -32,37 +33,6 @@ class DeviceInfo:
     uuid: str | None = None
     memory_mb: int | None = None
     simulated: bool = False
-
-
-class NameClash(Exception):
-    """A hello under a host's name from an agent with another identity, while the host is
-    online: another machine. The message says so, for the refused agent to print."""
-
-
-def connected_clash(name: str, address: str) -> str:
-    """Why an agent is refused when another identity is connected under its name."""
-    return (
-        f"{name} is already connected from {address} with another identity; "
-        "start this agent with another --name"
-    )
-
-
-def identity_clash(host: Host | None, identity: str | None) -> str | None:
-    """Why a hello with `identity` may not take this host's name, or None if it may.
-
-    The name is held by the identity that last joined under it for as long as the host is
-    online, connected or not yet noticed gone (heartbeat_timeout_seconds), so that a second
-    machine cannot slip in while the first reconnects. A lost host's name is free again;
-    `strata hosts forget` frees it at once.
-    """
-    if host is None or host.identity is None or host.identity == identity:
-        return None
-    if host.status is not HostStatus.online:
-        return None
-    return (
-        f"{host.name} is online from {host.address} with another identity; start this "
-        f"agent with another --name (or, if that host is gone, strata hosts forget {host.name})"
-    )
 
 
 async def find_host(*, session: AsyncSession, name: str) -> Host | None:
@@ -85,7 +55,7 @@ async def register_host(
     host = await session.scalar(
         select(Host).where(Host.name == name).options(selectinload(Host.devices))
     )
-    if (clash := identity_clash(host, identity)) is not None:
+    if (clash := admit_hello(name, identity, host=host)) is not None:
         raise NameClash(clash)
     now = utcnow()
     if host is None:
@@ -205,8 +175,8 @@ DeviceRow = tuple[int, str, str, str | None, int | None, bool]
 
 @dataclass(frozen=True)
 class ClusterRows:
-    """What the cluster view is built from, read as plain rows: loading a thousand hosts and
-    their eight thousand devices as objects was most of a request."""
+    """What the cluster view is built from, read as plain rows: loading every host and
+    device as an object would cost more than the rest of the request."""
 
     hosts: list[Any]
     devices: dict[int, list[DeviceRow]]  # by host id, in index order

@@ -35,8 +35,8 @@ T = TypeVar("T")
 # The most submissions one transaction writes: it holds the controller's lock meanwhile.
 BATCH = 32
 # While other submissions are still being checked (`arriving`), a batch waits up to this
-# long for them before it asks for the lock: without it, a burst from a few clients became
-# batches of one or two, each a transaction of its own. A lone submission does not wait.
+# long for them before it asks for the lock, so that a burst from a few clients makes full
+# batches rather than a transaction per submission or two. A lone submission does not wait.
 GATHER_SECONDS = 0.01
 
 Apply = Callable[[Callable[[Transaction], Awaitable[T]]], Awaitable[T]]

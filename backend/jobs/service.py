@@ -76,8 +76,8 @@ async def create_job(
 async def insert_jobs(*, session: AsyncSession, jobs: Sequence[NewJob]) -> list[JobRead]:
     """Store these jobs as pending, each with one pending task per replica and its `created`
     event: a many-row INSERT per table for all of them, written as rows rather than ORM
-    objects (a thousand submissions' objects took most of their transactions). Their views,
-    in order."""
+    objects (building the objects would cost more than writing them). Their views, in
+    order."""
     if not jobs:
         return []
     now = utcnow()
@@ -191,8 +191,8 @@ async def list_jobs(
 ) -> tuple[list[JobRead], int]:
     """A page of jobs, newest first, and the total that match the filters: every tag in
     `tags`, `text` in the name or the description (any case), and one of `project_ids`
-    (None: any project). Read as plain values, not ORM objects: a page of fifty jobs is five
-    hundred tasks, and loading them into the session cost most of the request."""
+    (None: any project). Read as plain values, not ORM objects: a page holds many tasks,
+    and loading them into the session would cost more than the rest of the request."""
     query = _page_query(
         by_id=False,
         projects=project_ids is not None,
@@ -239,8 +239,8 @@ class _PageQuery(NamedTuple):
 def _page_query(
     *, by_id: bool, projects: bool, statuses: bool, name: bool, tags: int, text: bool
 ) -> _PageQuery:
-    """The query for one set of filters, built once: building it took longer than SQLite
-    took to answer it for one job."""
+    """The query for one set of filters, built once: building it costs more than SQLite
+    answering it for one job."""
     filters: list[ColumnElement[bool]] = []
     if by_id:
         filters.append(_JOBS.c.id == bindparam("job_id", type_=Integer))
@@ -309,10 +309,6 @@ async def _job_views(
     job_rows = sorted(query.jobs.decode(job_values), key=itemgetter("id"), reverse=True)
     views = [_job_read(SimpleNamespace(**job), by_job[job["id"]]) for job in job_rows]
     return views, int(total)
-
-
-async def job_exists(*, session: AsyncSession, job_id: int) -> bool:
-    return await session.get(Job, job_id) is not None
 
 
 async def latest_events(
@@ -403,7 +399,7 @@ _TASK_COLUMNS: dict[str, ColumnElement[Any]] = {
     "gpus": _TASKS.c.gpu_indices,
     "host": _HOSTS.c.name,
 }
-# Five hundred tasks' views validated in one call: a model built per row cost twice as much.
+# A page's task views validated in one call, cheaper than a model built per row.
 _TASK_VIEWS = TypeAdapter(list[TaskRead])
 
 

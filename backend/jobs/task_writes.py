@@ -66,8 +66,8 @@ def _update_tasks_together(session: Session, _context: object, _instances: objec
                 f"{len(rows) - result.rowcount} of {len(rows)} tasks were deleted while written"
             )
         # Written: the flush has nothing left of them. Marked clean as the flush marks what
-        # it wrote (its unit of work over ten thousand written tasks was a third of a pass),
-        # and the cluster board told of them, as the mapper's listener would have.
+        # it wrote (without the flush's unit of work, costly over many tasks), and the
+        # cluster board told of them, as the mapper's listener would have.
         InstanceState._commit_all_states(
             ((inspect(task), task.__dict__) for task, _ in tasks), session.identity_map
         )

@@ -127,8 +127,8 @@ def _size_for(rows: int) -> int:
 @lru_cache(maxsize=64)
 def _statement(keys: tuple[str, ...], size: int) -> Update:
     """The UPDATE for `size` rows of these columns, with a bound parameter per value: built
-    once. Building it with each pass's values as literals took 6.5 ms per hundred jobs
-    (SQLAlchemy's annotations of each SELECT's columns), and a new shape compiled afresh."""
+    once. Built with each pass's values as literals, it would be annotated (SQLAlchemy's
+    annotations of each SELECT's columns) and compiled afresh every time."""
     table = cast(Table, Job.__table__)
     columns = table.c
 

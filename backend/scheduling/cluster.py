@@ -41,12 +41,10 @@ class ClusterView:
     last_compared: dict[str, float] = field(default_factory=dict)
     # Hosts whose last comparison found them running exactly what they should, with no
     # command sent to them since: their heartbeats need no comparison until what they run
-    # changes. Comparing every host every few seconds anyway was a transaction per host each
-    # time, and at a thousand hosts the controller did little else.
+    # changes: comparing every host anyway would cost a transaction per host each time.
     settled: set[str] = field(default_factory=set)
     # Agents' reports kept for the next pass, which applies them all in one transaction: one
-    # transaction per report, each waiting for the lock, did not keep up with a thousand
-    # agents starting ten thousand tasks.
+    # transaction per report, each waiting for the lock, falls behind when many agents report.
     reported_starts: dict[str, list[tuple[TaskKey, int]]] = field(default_factory=dict)
     # How those starts came about, when the agent said: warm, or cold and why (for the event).
     start_modes: dict[TaskKey, StartMode] = field(default_factory=dict)
@@ -57,8 +55,8 @@ class ClusterView:
     unplaced_at: float = 0.0
     passed_over: set[int] = field(default_factory=set)
     # What the hosts have free, kept between passes while nothing but placement changes it
-    # (placement updates it as it places). Reading it from the database took most of a pass
-    # at a thousand hosts, and a pass runs for every submission. Anything that may free or
+    # (placement updates it as it places): reading it from the database costs more than the
+    # rest of a pass, and a pass runs for every submission. Anything that may free or
     # take capacity otherwise drops it (capacity_changed); it is read again every few seconds.
     capacity: list[HostCapacity] | None = None
     capacity_key: tuple[int, float] = (-1, 0.0)  # (the hub's changes, monotonic read time)

@@ -14,6 +14,7 @@ import logging
 from fastapi import WebSocket
 
 from agents.protocol import ServerMessage
+from backend.hosts.names import admit_hello
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +88,11 @@ class AgentConnection:
 
 
 class NameTaken(Exception):
-    """Another agent (another identity) is connected under this host name."""
+    """Another agent (another identity) is connected under this host name; the message says
+    so, for the refused agent to print."""
 
-    def __init__(self, connected: AgentConnection) -> None:
-        super().__init__(connected.host_name)
+    def __init__(self, connected: AgentConnection, reason: str) -> None:
+        super().__init__(reason)
         self.connected = connected
 
 
@@ -104,9 +106,10 @@ class AgentHub:
         Raises NameTaken, leaving the connected one alone, when an agent with another
         identity holds the name. (No await between the check and the change: two agents
         saying hello at once cannot both pass.)"""
-        previous = self._connections.get(connection.host_name)
-        if previous is not None and previous.identity != connection.identity:
-            raise NameTaken(previous)
+        name, previous = connection.host_name, self._connections.get(connection.host_name)
+        if (clash := admit_hello(name, connection.identity, connected=previous)) is not None:
+            assert previous is not None  # only a connected agent clashes here
+            raise NameTaken(previous, clash)
         self._connections[connection.host_name] = connection
         self.changes += 1
         return previous

@@ -110,8 +110,8 @@ class NativeAgents:
         return launch
 
     def _checkpoints(self) -> Path:
-        """Settings.checkpoints, resolved once per configured value (resolving the path for
-        every start message was a few percent of a pass placing a thousand jobs)."""
+        """Settings.checkpoints, resolved once per configured value rather than for every
+        start message (resolving a path touches the filesystem)."""
         configured = (self.settings.checkpoint_root, self.settings.data_dir)
         if self._resolved_checkpoints is None or self._resolved_checkpoints[0] != configured:
             self._resolved_checkpoints = (configured, self.settings.checkpoints)

@@ -1,7 +1,7 @@
 """How often agents beat: the configured period, stretched as the fleet grows.
 
-A heartbeat costs the server little (about 0.15 ms), but a fleet of 5,000 beating every second
-took most of a core by itself. So once the connected agents would send more than
+A heartbeat costs the server little, but a large fleet beating every second adds up to most
+of a core. So once the connected agents would send more than
 `max_heartbeats_per_second` in all, the period grows with their number, and the silence after
 which a host is lost grows with it. The period only ever grows while the server runs, so that
 no agent has been told a period longer than the one its silence is judged by.

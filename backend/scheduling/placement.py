@@ -49,8 +49,8 @@ class HostCapacity:
 
 class Ranking:
     """Hosts in the order placement prefers them (most free GPUs, then name), with their free
-    GPUs totalled, kept across the jobs of a pass: the same answers as sorting and summing a
-    thousand hosts again for every job, which was a tenth of a pass placing a hundred."""
+    GPUs totalled, kept across the jobs of a pass: the same answers as sorting and summing
+    every host again for every job, without the repeated work."""
 
     def __init__(self, hosts: Iterable[HostCapacity]) -> None:
         self._hosts = {host.host_id: host for host in hosts}
@@ -203,7 +203,7 @@ def _place_on(
     slots: dict[tuple[str, int], Slot] = {}
     for need in sorted(needs, key=lambda n: -n.gpus):
         # Ranked on GPUs alone, a port checked only for the host chosen: checking every
-        # host's ports for every task made placing a job on a thousand hosts take 50 ms.
+        # host's ports for every task grows with the cluster.
         candidates = [h for h in hosts if len(trial[h.host_id][0]) >= need.gpus]
         while candidates:
             host = min(

@@ -11,8 +11,8 @@ class RunningReports:
     """Each host's last reported set of running attempts, and per task the attempts that run.
 
     Before a task's next attempt starts, the controller asks whether an earlier one still runs
-    anywhere (it holds the port and the GPUs). Scanning every host's report for every task
-    placed was a hundred million comparisons for a thousand jobs on a thousand hosts.
+    anywhere (it holds the port and the GPUs): indexed here, since scanning every host's
+    report for every task placed grows with hosts times tasks.
     """
 
     def __init__(self) -> None:

@@ -92,7 +92,8 @@ def event_frame(row: EventRow) -> EventFrame | CheckpointFrame:
 
 
 class PublishingSession(Session):
-    """The sync session behind the server's AsyncSessions; see install_publishing."""
+    """The sync session behind the server's AsyncSessions (backend.app): the listeners
+    below publish the events its transactions commit, when its info holds a broker."""
 
 
 @event.listens_for(PublishingSession, "after_flush")

@@ -27,8 +27,8 @@ class MetricPoint(Base):
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    # No foreign key: checking it for every row cost PostgreSQL a third of its insert time, and
-    # the runtime channel already checks the job and task once per connection.
+    # No foreign key: checking it for every row is a large share of PostgreSQL's insert time,
+    # and the runtime channel already checks the job and task once per connection.
     job_id: Mapped[int] = mapped_column(Integer)
     task: Mapped[str] = mapped_column(String(32))
     attempt: Mapped[int] = mapped_column(Integer)

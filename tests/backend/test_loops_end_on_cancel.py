@@ -20,6 +20,7 @@ from backend.config import Settings
 from backend.hosts.board import ClusterBoard
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.native import NativeAgents
 from backend.slurm.reconcile import SlurmBackend
 from backend.tensorboard.processes import TensorBoards
 from tests.conftest import make_settings, serving
@@ -49,11 +50,11 @@ async def ends_when_cancelled_as_woken(
 
 
 async def test_the_controller_loop_ends_when_cancelled_just_after_a_wake_up() -> None:
+    settings = Settings(reconcile_seconds=0.2)
     controller = Controller(
-        settings=Settings(reconcile_seconds=0.2),
+        settings=settings,
         sessions=None,  # type: ignore[arg-type]  # never opened: the passes are stand-ins
-        hub=AgentHub(),
-        tokens=TOKENS,
+        backend=NativeAgents(settings=settings, tokens=TOKENS, hub=AgentHub()),
     )
     passes: list[int] = []
 

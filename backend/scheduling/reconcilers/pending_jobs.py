@@ -22,11 +22,9 @@ from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
 from backend.slurm.script import allocation_shape
 
-# Jobs placed in one pass, which is one transaction: a thousand queued jobs placed at once held
-# SQLite's write lock for longer than a submission would wait for it (30 s, then a 500). A
-# hundred hold the controller's lock for about half a second at 1,000 agents; fifty made the
-# backlog after a burst of submissions take a second or two longer (more passes, each with
-# its fixed queries).
+# Jobs placed in one pass, which is one transaction: bounded so that SQLite's write lock is
+# not held longer than a submission waits for it; not so small that a backlog needs many
+# passes, each with its fixed queries.
 PLACEMENTS_PER_PASS = 100
 PENDING_PAGE = 2 * PLACEMENTS_PER_PASS  # queued jobs loaded at a time while placing
 
@@ -56,8 +54,8 @@ class PendingJobs:
         if not queue:
             return
         # Jobs that found no room wait for something to change: the agents connected, what
-        # they run, the live tasks. Examining them again on every pass cost a thousand hosts'
-        # capacity each, and a pass runs for every submission: a job submitted to a full
+        # they run, the live tasks. Examining each again means checking every host's capacity,
+        # and a pass runs for every submission: a job submitted to a full
         # cluster is examined alone. All are still looked at again every few seconds.
         live = select(func.count()).select_from(Task).where(Task.status.in_(LIVE_TASK_STATUSES))
         situation = (tx.backend.changes, view.running.changes, await session.scalar(live))
@@ -160,7 +158,7 @@ class PendingJobs:
 
 async def _pending_jobs(session: AsyncSession, queue: list[int]) -> AsyncIterator[Job]:
     """The queued jobs with their tasks, in queue order, loaded a page at a time: a pass
-    places a few dozen, and loading every queued job's tasks each pass was most of it."""
+    places a bounded number, so loading every queued job's tasks each pass would be waste."""
     for first in range(0, len(queue), PENDING_PAGE):
         page = queue[first : first + PENDING_PAGE]
         loaded = {

@@ -22,7 +22,7 @@ async def hosts_named(session: AsyncSession, names: list[str]) -> dict[str, Host
 
 async def host_ids(session: AsyncSession, names: list[str]) -> dict[str, NamedHost]:
     """The id and name of each host named, as rows: a start needs no more of its host, and
-    a pass applying a thousand hosts' starts loaded each as an object."""
+    a pass may apply starts from every host, too many to load each as an object."""
     found: dict[str, NamedHost] = {}
     for page in in_pages(names):
         for row in await session.execute(select(Host.id, Host.name).where(Host.name.in_(page))):

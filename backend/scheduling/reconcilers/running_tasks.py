@@ -1,7 +1,7 @@
 """Compares what agents say they run with what they should run, and sends the difference.
 
 A heartbeat asks for a comparison only when what the agent runs changed, or while a command
-it has not answered yet may be due again (see Controller.on_heartbeat); a hello always does.
+it has not answered yet may be due again (see AgentReports.on_heartbeat); a hello always does.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ async def placed_on(session: AsyncSession, host_ids: list[int]) -> dict[int, Pla
         )
     )
     # The jobs in a query of their own: joined to their tasks, each job's row (its spec,
-    # JSON) came and was decoded once per task, which was most of a comparison.
+    # JSON) would come and be decoded once per task.
     job_ids = sorted({task.job_id for task in tasks})
     jobs: dict[int, Job] = {}
     for page in in_pages(job_ids):
@@ -56,8 +56,8 @@ async def placed_on(session: AsyncSession, host_ids: list[int]) -> dict[int, Pla
 async def agreeing(session: AsyncSession, reports: dict[int, list[RunningTask]]) -> set[int]:
     """The hosts (of `reports`, by host id) that run exactly what they should, every attempt
     of it running, from plain rows: nothing to change, so no task or job is loaded for them.
-    While a thousand jobs start, a thousand hosts are compared every few seconds, and loading
-    all their tasks and jobs to find them in agreement was most of each pass."""
+    Most hosts agree most of the time, and loading their tasks and jobs only to find that
+    would dominate each pass."""
     if not reports:
         return set()
     should: dict[int, set[tuple[int, str, int]]] = {host_id: set() for host_id in reports}

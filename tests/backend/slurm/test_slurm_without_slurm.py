@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from backend.jobs.states import JobStatus
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
-from tests.backend.reconcilers.conftest import World, world  # noqa: F401 - the fixture
+from tests.backend.scheduling.reconcilers.conftest import World, world  # noqa: F401 - the fixture
 from tests.conftest import Api
 from tests.support.factories import make_spec
 
