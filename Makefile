@@ -59,6 +59,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache frontend/node_modules frontend/dist
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache frontend/node_modules frontend/dist

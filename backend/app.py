@@ -33,26 +33,26 @@ from backend.api import (
 from backend.api.body import BodyLimit
 from backend.api.ui import mount_dashboard
 from backend.auth import TokenKind, TokenRegistry
+from backend.cluster.board import ClusterBoard
+from backend.cluster.usage import UsageBoard
 from backend.code.store import CodeStore
 from backend.config import Settings
-from backend.db import create_engine, session_factory
+from backend.db import PublishingSession, create_engine, session_factory
 from backend.errors import install_error_handlers
-from backend.hosts.board import ClusterBoard
-from backend.hosts.changes import BOARD
-from backend.hosts.usage import UsageBoard
-from backend.jobs.intake import JobIntake
+from backend.jobs.cluster_changes import BOARD
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.intake import JobIntake
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.schema import upgrade_database
 from backend.shutdown import close_within, stop_services
 from backend.slurm.reconcile import SlurmBackend
 from backend.streams.broker import Broker, job_topic
-from backend.streams.events import BROKER, PublishingSession
+from backend.streams.events import BROKER
 from backend.streams.history import log_frame
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
@@ -114,7 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=settings, sessions=app.state.sessions, backend=agents, monitor=monitor
         )
         app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
-        # Submissions waiting for the controller are written together (backend.jobs.intake).
+        # Submissions waiting for the controller are written together (backend.scheduling.intake).
         app.state.intake = JobIntake(
             apply=functools.partial(app.state.controller.apply, frees_or_takes_capacity=False)
         )

@@ -108,6 +108,13 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+class PublishingSession(Session):
+    """The sync session behind the server's AsyncSessions (backend.app): listeners publish
+    what its transactions commit (backend.streams.events) and tell the cluster board
+    (backend.jobs.cluster_changes), when its info holds a broker or a board. Defined here, on
+    the floor both stand on."""
+
+
 def session_factory(
     engine: AsyncEngine,
     *,

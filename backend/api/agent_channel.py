@@ -33,10 +33,10 @@ from backend.api.deps import (
 )
 from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
+from backend.cluster.usage import UsageBoard
 from backend.config import Settings
 from backend.db import to_the_end
 from backend.hosts.names import NameClash
-from backend.hosts.usage import UsageBoard
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.cluster import StartMode
 from backend.scheduling.hub import AgentConnection, NameTaken

@@ -30,7 +30,7 @@ from backend.errors import (
     closed_query,
     error_responses,
 )
-from backend.jobs import service as jobs
+from backend.jobs import queries as jobs
 
 router = APIRouter(
     prefix="/jobs/{job_id}",

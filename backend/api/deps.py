@@ -15,16 +15,16 @@ from starlette.requests import HTTPConnection
 
 from agents.protocol import MAX_INT32
 from backend.auth import Principal, TokenKind, TokenRegistry
+from backend.cluster.board import ClusterBoard
+from backend.cluster.usage import UsageBoard
 from backend.config import Settings
 from backend.db import session_scope, to_the_end
 from backend.errors import Forbidden, NotFound
-from backend.hosts.board import ClusterBoard
-from backend.hosts.usage import UsageBoard
-from backend.jobs.intake import JobIntake
 from backend.jobs.models import Job
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.intake import JobIntake
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.streams.broker import Broker
 from backend.streams.ingest import Ingestor

@@ -13,7 +13,7 @@ from backend.api.deps import ActorPrincipal, ControllerDep, JobId, JobMember, Se
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
-from backend.jobs import service
+from backend.jobs import queries
 from backend.jobs.schemas import JobRead
 from backend.scheduling.evaluator import request_evaluator
 
@@ -53,4 +53,4 @@ async def evaluator(
             detail={"action": body.action},
         )
     )
-    return await service.read_job(session=session, job_id=job_id)
+    return await queries.read_job(session=session, job_id=job_id)

@@ -19,11 +19,12 @@ from backend.api.deps import (
 )
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
+from backend.cluster import service
+from backend.cluster.schemas import ClusterRead
+from backend.cluster.visibility import hide_other_projects
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
-from backend.hosts import service
-from backend.hosts.schemas import ClusterRead, HostRead
+from backend.hosts.schemas import HostRead
 from backend.scheduling.transaction import Transaction
-from backend.teams.visibility import hide_other_projects
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
 

@@ -29,7 +29,7 @@ from backend.errors import (
     closed_query,
     error_responses,
 )
-from backend.jobs import service
+from backend.jobs import queries
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import (
     MAX_TAGS,
@@ -79,7 +79,7 @@ async def submit_job(
 ) -> JobRead:
     """Submit a job spec (JSON or YAML) to a project you are a member of (spec.project); it
     waits as pending until it can be placed."""
-    # A batch of submissions about to be written waits a little for this one (jobs.intake).
+    # A batch of submissions about to be written waits a little for this one (scheduling.intake).
     with intake.arriving():
         body = await request.body()  # within STRATA_MAX_REQUEST_BYTES (api.body.BodyLimit)
         spec = validate_spec(parse_spec_document(body, request.headers.get("content-type")))
@@ -103,7 +103,7 @@ async def submit_job(
         # submissions waiting there must not hold every connection the controller needs to write.
         await session.rollback()
 
-    # Written with the other submissions waiting for the controller's lock (jobs.intake).
+    # Written with the other submissions waiting for the controller's lock (scheduling.intake).
     job = await intake.submit(spec, access=access, principal=principal, source=source)
     if slurm is not None and spec.slurm is not None:
         slurm.wake()
@@ -150,7 +150,7 @@ async def list_jobs(
     if project is not None:
         found = await teams_service.visible_project(session=session, access=access, name=project)
         project_ids = frozenset({found.id})
-    items, total = await service.list_jobs(
+    items, total = await queries.list_jobs(
         session=session,
         statuses=status_,
         name=name,
@@ -167,7 +167,7 @@ async def list_jobs(
 async def read_job(job_id: JobId, session: SessionDep, usage: UsageDep, _: JobReader) -> JobRead:
     """A job with its tasks (and their last CPU and memory samples), placement, status and
     reason."""
-    return usage.annotate_job(await service.read_job(session=session, job_id=job_id))
+    return usage.annotate_job(await queries.read_job(session=session, job_id=job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
@@ -189,7 +189,7 @@ async def cancel_job(
             job_id=job_id,
         )
     )
-    return await service.read_job(session=session, job_id=job_id)
+    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.post("/{job_id}/restart", response_model=JobRead, responses=error_responses(404, 409))
@@ -211,7 +211,7 @@ async def restart_job(
             job_id=job_id,
         )
     )
-    return await service.read_job(session=session, job_id=job_id)
+    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.get(
@@ -226,7 +226,7 @@ async def list_job_events(
     after: Annotated[int, Query(ge=0, le=2**63 - 1, description="Only events after this id.")] = 0,
 ) -> list[JobEventRead]:
     """The job's events in order: state changes, restarts, requests."""
-    events = await service.job_events(session=session, job_id=job_id, after_id=after)
+    events = await queries.job_events(session=session, job_id=job_id, after_id=after)
     return [JobEventRead.model_validate(event) for event in events]
 
 

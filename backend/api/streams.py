@@ -33,7 +33,7 @@ from backend.auth import Principal, TokenKind
 from backend.config import Settings
 from backend.db import to_the_end
 from backend.errors import NotFound
-from backend.jobs import service
+from backend.jobs import queries
 from backend.jobs.models import Job, JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
@@ -194,7 +194,7 @@ async def _cluster_stream(inbound: Inbound) -> None:
 async def _cluster_history(inbound: Inbound, cursor: Cursor) -> tuple[Access, list[JobEvent]]:
     async with get_sessions(inbound.websocket)() as session:
         access = await load_access(session=session, principal=_principal_of(inbound))
-        rows = await service.latest_events(
+        rows = await queries.latest_events(
             session=session,
             after_id=cursor.event,
             limit=CLUSTER_HISTORY_EVENTS,

@@ -31,7 +31,7 @@ from backend.api.frames import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, I
 from backend.auth import TokenKind
 from backend.checkpoints.service import record_reported_checkpoint
 from backend.config import Settings
-from backend.jobs import service as jobs
+from backend.jobs import queries as jobs
 from backend.jobs.spec import JobSpec
 from backend.scheduling.launch import checkpoint_dir
 from backend.scheduling.runtime_links import CommandOutcome, RuntimeLink

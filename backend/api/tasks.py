@@ -21,7 +21,7 @@ from backend.api.deps import (
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, NotFound, closed_query, error_responses
-from backend.jobs import service
+from backend.jobs import queries
 from backend.jobs.schemas import JobRead, LogPage
 from backend.scheduling import restarts
 
@@ -56,7 +56,7 @@ async def restart_task(
             target=task,
         )
     )
-    return await service.read_job(session=session, job_id=job_id)
+    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.get("/{task}/logs", response_model=LogPage, responses=error_responses(404))
@@ -72,7 +72,7 @@ async def read_task_logs(
     tail: Annotated[int | None, Query(ge=1, le=10_000, description="Last N lines.")] = None,
 ) -> LogPage:
     """A task's log lines, by line offset or the last N lines, for one attempt."""
-    job = await service.get_job(session=session, job_id=job_id)
+    job = await queries.get_job(session=session, job_id=job_id)
     found = next((t for t in job.tasks if t.name == task), None)
     if found is None:
         raise NotFound(f"job {job_id} has no task {task}")

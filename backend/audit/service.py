@@ -5,7 +5,7 @@ back leaves no entry."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from sqlalchemy import Table, event, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,10 +16,19 @@ from backend.audit.actions import AuditAction
 from backend.audit.models import AuditEntry
 from backend.auth import Principal
 from backend.jobs.models import Job, JobEvent
-from backend.scheduling.transaction import Transaction
+
+
+class InTransaction(Protocol):
+    """What `audited` needs of a controller change's transaction (scheduling.Transaction),
+    named here so that the audit trail stays below the controller."""
+
+    @property
+    def session(self) -> AsyncSession: ...
+
 
 T = TypeVar("T")
-Change = Callable[[Transaction], Awaitable[T]]  # as Controller.apply takes it
+Tx = TypeVar("Tx", bound=InTransaction)
+Change = Callable[[Tx], Awaitable[T]]  # as Controller.apply takes it
 
 # session.info key: who the job events this session writes are by (set by `record`).
 ACTOR = "strata.actor"
@@ -158,7 +167,7 @@ async def record_job_change(
 
 
 def audited(
-    change: Change[T],
+    change: Change[Tx, T],
     *,
     principal: Principal,
     source: str | None,
@@ -166,11 +175,11 @@ def audited(
     job_id: int,
     target: str | None = None,
     detail: dict[str, Any] | None = None,
-) -> Change[T]:
+) -> Change[Tx, T]:
     """A controller change (Controller.apply) that first records itself in the audit trail,
     in its own transaction: its job events name the caller, and its failure leaves nothing."""
 
-    async def change_recorded(tx: Transaction) -> T:
+    async def change_recorded(tx: Tx) -> T:
         await record_job_change(
             session=tx.session,
             principal=principal,

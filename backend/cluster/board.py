@@ -2,7 +2,7 @@
 
 The view holds every host, device and live task: reading and encoding all of it per request
 is too slow for a large cluster. The board reads every host once; after
-that, each committed transaction tells it what it wrote (backend.hosts.changes): tasks are
+that, each committed transaction tells it what it wrote (backend.jobs.cluster_changes): tasks are
 applied in memory as written, and only hosts whose own row or devices changed are read again,
 with the heartbeat times when they were written. Each host's part of the answer is kept
 encoded, apart from its heartbeat age, until its tasks, rows or last usage samples change.
@@ -23,14 +23,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.runtime_environment import EngineInfo
 from agents.vocabulary import format_task_name
+from backend.cluster import service
+from backend.cluster.schemas import ClusterTotals
+from backend.cluster.service import DeviceRow
+from backend.cluster.usage import UsageBoard
 from backend.db import utcnow
-from backend.hosts import service
-from backend.hosts.changes import ClusterChanges, TaskRow
 from backend.hosts.models import Host
-from backend.hosts.schemas import ClusterTotals
-from backend.hosts.service import DeviceRow
-from backend.hosts.usage import UsageBoard
-from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus
+from backend.hosts.states import HostStatus
+from backend.jobs.cluster_changes import ClusterChanges, TaskRow
+from backend.jobs.states import LIVE_TASK_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class ClusterBoard:
         self._rows_written = 0  # since the last keep_up call or catch-up
 
     def changed(self, changes: ClusterChanges) -> None:
-        """Told after a transaction commits (backend.hosts.changes)."""
+        """Told after a transaction commits (backend.jobs.cluster_changes)."""
         if self._parts is None:
             return  # never read yet: the first read reads everything (and nothing piles up)
         self._pending.merge(changes)

@@ -14,15 +14,13 @@ from sqlalchemy.orm import selectinload
 from agents.runtime_environment import EngineInfo
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
-from backend.hosts.changes import TaskRow, note_hosts
 from backend.hosts.models import Device, Host
 from backend.hosts.names import NameClash, admit_hello
-from backend.hosts.schemas import (
-    DeviceRead,
-    HostRead,
-)
+from backend.hosts.schemas import DeviceRead, HostRead
+from backend.hosts.states import HostStatus
+from backend.jobs.cluster_changes import TaskRow, note_hosts
 from backend.jobs.models import Job, Task
-from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, HostStatus
+from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES
 
 
 @dataclass(frozen=True)

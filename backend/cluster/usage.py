@@ -18,14 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agents.protocol import DeviceStats, TaskStats, UsageReport
 from agents.vocabulary import format_task_name
-from backend.hosts.schemas import (
-    DeviceStatsRead,
-    HostRead,
-    TaskStatsRead,
-)
+from backend.hosts.schemas import DeviceStatsRead, HostRead, TaskStatsRead
+from backend.hosts.states import HostStatus
 from backend.jobs.models import Task
 from backend.jobs.schemas import JobRead
-from backend.jobs.states import HostStatus
 from backend.streams.broker import Broker, job_topic
 from backend.streams.frames import UsageFrame
 

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from backend.hosts.schemas import ClusterRead
+from backend.cluster.schemas import ClusterRead
 from backend.jobs.models import Job
 
 

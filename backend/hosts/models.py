@@ -9,7 +9,7 @@ from sqlalchemy import JSON, Enum, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from backend.db import Base, UTCDateTime, utcnow
-from backend.jobs.states import HostStatus
+from backend.hosts.states import HostStatus
 
 
 class Host(Base):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from backend.jobs.states import HostStatus
+from backend.hosts.states import HostStatus
 
 if TYPE_CHECKING:
     from backend.hosts.models import Host

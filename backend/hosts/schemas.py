@@ -1,4 +1,4 @@
-"""What the API returns for hosts and the cluster view."""
+"""What the API returns for hosts and their devices."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from agents.runtime_environment import EngineInfo
-from backend.jobs.states import HostStatus, TaskStatus
+from backend.hosts.states import HostStatus
 
 
 class DeviceStatsRead(BaseModel):
@@ -58,42 +58,3 @@ class HostRead(BaseModel):
     registered_at: datetime
     last_heartbeat_at: datetime
     heartbeat_age_seconds: float
-
-
-class TaskRef(BaseModel):
-    """A live task as seen from the host it runs on."""
-
-    job_id: int
-    job_name: str
-    task: str  # "worker:1"
-    status: TaskStatus
-    port: int | None
-    gpus: list[int]
-    stats: TaskStatsRead | None = None  # its current attempt's last sample
-
-
-class DeviceUsage(DeviceRead):
-    task: TaskRef | None  # the task holding this device, if any
-
-
-class HostUsage(BaseModel):
-    name: str
-    address: str
-    status: HostStatus
-    heartbeat_age_seconds: float
-    engine: EngineInfo | None  # as in HostRead
-    devices: list[DeviceUsage]
-    tasks: list[TaskRef]
-
-
-class ClusterTotals(BaseModel):
-    hosts: int
-    online_hosts: int
-    gpus: int
-    free_gpus: int
-    live_tasks: int
-
-
-class ClusterRead(BaseModel):
-    hosts: list[HostUsage]
-    totals: ClusterTotals

@@ -3,7 +3,7 @@ committed.
 
 Mapper listeners note, row by row as a flush writes them, each task as written (where it is,
 its status, its port and GPUs), each new job's name, and the hosts whose row or devices were
-written; a session listener hands them to the board after commit (backend.hosts.board), which
+written; a session listener hands them to the board after commit (backend.cluster.board), which
 applies the tasks in memory and reads again only those hosts. Statements that bypass the
 ORM's unit of work name their hosts themselves (`note_hosts`, `note_heartbeats`).
 
@@ -22,10 +22,10 @@ from sqlalchemy import Connection, event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapper, Session, SessionTransaction, object_session
 
+from backend.db import PublishingSession
 from backend.hosts.models import Device, Host
 from backend.jobs.models import Job, Task
 from backend.jobs.states import TaskStatus
-from backend.streams.events import PublishingSession
 
 BOARD = "strata.cluster_board"
 PENDING = "strata.cluster_changes"

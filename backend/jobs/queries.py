@@ -1,11 +1,10 @@
-"""Job operations. Keyword-only, they flush but never commit: the caller owns the transaction."""
+"""Reads of jobs, tasks and events. Keyword-only; the caller owns the transaction."""
 
 from __future__ import annotations
 
 import functools
 from collections import defaultdict
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any, NamedTuple, cast
@@ -19,7 +18,6 @@ from sqlalchemy import (
     Table,
     bindparam,
     func,
-    insert,
     or_,
     select,
 )
@@ -28,142 +26,14 @@ from sqlalchemy.orm import joinedload, selectinload
 from sqlalchemy.sql.base import ExecutableOption
 
 from agents.vocabulary import TaskName, format_task_name
-from backend.db import utcnow
 from backend.errors import NotFound
-from backend.hosts.changes import note_job_names
 from backend.hosts.models import Host
 from backend.jobs.actions import job_actions
-from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import StoredEvent, record_events
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
-from backend.jobs.spec import ROLES, JobSpec
-from backend.jobs.states import JobStatus, TaskStatus
+from backend.jobs.spec import JobSpec
+from backend.jobs.states import JobStatus
 from backend.json_rows import JsonRows
-from backend.teams import service as teams_service
-
-WAITING = "waiting to be placed"  # a new job's reason
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """A validated job to store: where, by whom, and who its `created` event names (None:
-    the session's actor, audit.name_actor)."""
-
-    spec: JobSpec
-    project_id: int
-    submitted_by: str | None = None
-    actor: str | None = None
-
-
-async def create_job(
-    *,
-    session: AsyncSession,
-    spec: JobSpec,
-    project_id: int | None = None,
-    submitted_by: str | None = None,
-) -> Job:
-    """Store a validated job as pending, with one pending task per replica, in the given
-    project (`default` when none is given); the job with its tasks loaded."""
-    if project_id is None:
-        project_id = (await teams_service.default_project(session=session)).id
-    [read] = await insert_jobs(
-        session=session, jobs=[NewJob(spec=spec, project_id=project_id, submitted_by=submitted_by)]
-    )
-    return await session.get_one(Job, read.id, options=[selectinload(Job.tasks)])
-
-
-async def insert_jobs(*, session: AsyncSession, jobs: Sequence[NewJob]) -> list[JobRead]:
-    """Store these jobs as pending, each with one pending task per replica and its `created`
-    event: a many-row INSERT per table for all of them, written as rows rather than ORM
-    objects (building the objects would cost more than writing them). Their views, in
-    order."""
-    if not jobs:
-        return []
-    now = utcnow()
-    job_rows = [
-        {
-            "project_id": new.project_id,
-            "submitted_by": new.submitted_by,
-            "name": new.spec.name,
-            "strategy": new.spec.strategy,
-            "status": JobStatus.pending,
-            "reason": WAITING,
-            "spec": new.spec.model_dump(mode="json"),
-            "priority": new.spec.priority,
-            "restart_count": 0,
-            "failure_count": 0,
-            "created_at": now,
-            "updated_at": now,
-            "version": 1,
-        }
-        for new in jobs
-    ]
-    job_table = cast(Table, Job.__table__)
-    ids = list(
-        await session.scalars(
-            insert(job_table).returning(job_table.c.id, sort_by_parameter_order=True), job_rows
-        )
-    )
-    names = [
-        [(role, index) for role in ROLES for index in range(new.spec.replicas.of(role).count)]
-        for new in jobs
-    ]
-    task_rows = [
-        {
-            "job_id": job_id,
-            "role": role,
-            "index": index,
-            "status": TaskStatus.pending,
-            "gpu_indices": [],
-            "attempt": 0,
-            "failure_count": 0,
-            "created_at": now,
-        }
-        for job_id, tasks in zip(ids, names, strict=True)
-        for role, index in tasks
-    ]
-    await session.execute(insert(cast(Table, Task.__table__)), task_rows)
-    await record_events(
-        session=session,
-        events=[
-            StoredEvent(
-                job_id=job_id,
-                kind=EventKind.created,
-                message=f"submitted with {len(tasks)} tasks",
-                actor=new.actor,
-                at=now,
-            )
-            for job_id, tasks, new in zip(ids, names, jobs, strict=True)
-        ],
-    )
-    # Hostless, the new tasks are on no host's view; the board learns the jobs' names.
-    note_job_names(session, {job_id: new.spec.name for job_id, new in zip(ids, jobs, strict=True)})
-    return [
-        _job_read(
-            SimpleNamespace(id=job_id, **row, slurm_job_id=None, started_at=None, finished_at=None),
-            [_new_task_read(role, index) for role, index in tasks],
-        )
-        for job_id, row, tasks in zip(ids, job_rows, names, strict=True)
-    ]
-
-
-def _new_task_read(role: str, index: int) -> TaskRead:
-    return TaskRead(
-        name=format_task_name(role, index),
-        role=role,
-        index=index,
-        status=TaskStatus.pending,
-        host=None,
-        port=None,
-        gpus=[],
-        pid=None,
-        attempt=0,
-        failure_count=0,
-        exit_code=None,
-        started_at=None,
-        finished_at=None,
-    )
 
 
 def _with_tasks() -> tuple[ExecutableOption, ...]:
@@ -307,7 +177,7 @@ async def _job_views(
     for task, view in zip(task_rows, _TASK_VIEWS.validate_python(task_rows), strict=True):
         by_job[task["job_id"]].append(view)
     job_rows = sorted(query.jobs.decode(job_values), key=itemgetter("id"), reverse=True)
-    views = [_job_read(SimpleNamespace(**job), by_job[job["id"]]) for job in job_rows]
+    views = [job_view(SimpleNamespace(**job), by_job[job["id"]]) for job in job_rows]
     return views, int(total)
 
 
@@ -404,10 +274,10 @@ _TASK_VIEWS = TypeAdapter(list[TaskRead])
 
 
 def job_read(job: Job) -> JobRead:
-    return _job_read(job, [task_read(task) for task in job.tasks])
+    return job_view(job, [task_read(task) for task in job.tasks])
 
 
-def _job_read(job: Job | SimpleNamespace, tasks: list[TaskRead]) -> JobRead:
+def job_view(job: Job | SimpleNamespace, tasks: list[TaskRead]) -> JobRead:
     """A job's view, from a Job, a page's values or the values just inserted, with its
     tasks' views."""
     spec = JobSpec.model_validate(job.spec, strict=False)

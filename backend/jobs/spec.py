@@ -30,7 +30,7 @@ from agents.protocol import METRIC_NAME_PATTERN
 from agents.runtime_environment import RuntimeEnvironment
 from agents.vocabulary import TRAINING_ROLES, Role, Strategy
 from backend.errors import FieldIssue, InvalidInput, UnsupportedMediaType, dotted
-from backend.slurm.options import SlurmOptions
+from backend.jobs.slurm_options import SlurmOptions
 from backend.teams.roles import TEAM_NAME_PATTERN
 
 ROLES: tuple[Role, ...] = tuple(Role)  # every role, in display order

@@ -55,10 +55,3 @@ class TaskStatus(StrEnum):
 
 # A task in these states holds its host's port and GPUs, and an agent runs or will run it.
 LIVE_TASK_STATUSES = (TaskStatus.scheduled, TaskStatus.running)
-
-
-class HostStatus(StrEnum):
-    # Stored as a plain string with no CHECK constraint (a non-native enum): adding or
-    # dropping a value needs no migration, only that no row holds a dropped one.
-    online = "online"
-    lost = "lost"  # heartbeats stopped

@@ -6,7 +6,7 @@ of work gathers and writes each object's changes one at a time: most of such a f
 before the flush, dirty tasks whose changes are all plain column values are written with one
 executemany UPDATE per set of changed columns and marked clean, as the flush marks what it
 wrote, which leaves the flush nothing to do for them; the cluster board is told of them here
-(backend.hosts.changes), as the mapper's listener tells it of rows the flush writes.
+(backend.jobs.cluster_changes), as the mapper's listener tells it of rows the flush writes.
 Tasks carry no version of their own: the job of a changed task is updated in the same flush
 (backend.jobs.models, whose hook runs first: this module imports it), and the job's version
 check is what catches a change made from a stale view.
@@ -21,6 +21,7 @@ from sqlalchemy import Table, bindparam, event, inspect, update
 from sqlalchemy.orm import InstanceState, Session
 from sqlalchemy.orm.exc import StaleDataError
 
+from backend.jobs import cluster_changes as changes
 from backend.jobs.models import Task
 
 # What may be written this way: every column but the key (each mapped under its column's
@@ -44,8 +45,6 @@ def _update_tasks_together(session: Session, _context: object, _instances: objec
         shapes[tuple(sorted(values))].append((task, values))
     if sum(len(tasks) for tasks in shapes.values()) < LEAST:
         return
-    from backend.hosts import changes  # here: that module imports this package's models
-
     connection = session.connection()
     table = cast(Table, Task.__table__)
     for keys, tasks in shapes.items():

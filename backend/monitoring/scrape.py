@@ -19,8 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.vocabulary import Role
 from backend.hosts.models import Device, Host
+from backend.hosts.states import HostStatus
 from backend.jobs.models import Job, Task
-from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, JobStatus, TaskStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.monitoring.instruments import ServerMetrics
 
 

@@ -21,10 +21,10 @@ from agents.protocol import (
     TaskKey,
     Welcome,
 )
+from backend.cluster.service import DeviceInfo, find_host, forget_host, register_host
 from backend.hosts.models import Host
 from backend.hosts.names import admit_hello
 from backend.hosts.schemas import HostRead
-from backend.hosts.service import DeviceInfo, find_host, forget_host, register_host
 from backend.scheduling import task_events
 from backend.scheduling.cluster import StartMode
 from backend.scheduling.controller import Change, Controller
@@ -109,7 +109,7 @@ class AgentReports:
         return [Welcome(heartbeat_seconds=self.pace.seconds, max_log_line_chars=limit), *first]
 
     async def forget_host(self, name: str, *, also: Change[object] | None = None) -> HostRead:
-        """Release a host's name (`strata hosts forget`); hosts.service.forget_host says when
+        """Release a host's name (`strata hosts forget`); cluster.service.forget_host says when
         it is refused. What the controller remembered about the host goes with it. `also`
         runs first in the same transaction (the audit trail's record of the request)."""
 

@@ -21,9 +21,9 @@ from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.auth import Principal
 from backend.errors import Forbidden, NotFound
-from backend.jobs import service
 from backend.jobs.schemas import JobRead
 from backend.jobs.spec import JobSpec
+from backend.scheduling import new_jobs
 from backend.scheduling.transaction import Transaction
 from backend.teams import service as teams_service
 from backend.teams.access import Access
@@ -152,7 +152,7 @@ async def write_jobs(
     session = tx.session
     answers: dict[Submission, JobRead | Exception] = {}
     projects: dict[tuple[str | None, int | None], Project | None] = {}  # submit_target's
-    accepted: list[tuple[Submission, service.NewJob]] = []
+    accepted: list[tuple[Submission, new_jobs.NewJob]] = []
     for submission in submissions:
         spec, access = submission.spec, submission.access
         # Checked again under the lock: a project may have gone since the request's check.
@@ -172,7 +172,7 @@ async def write_jobs(
         accepted.append(
             (
                 submission,
-                service.NewJob(
+                new_jobs.NewJob(
                     spec=spec.model_copy(update={"project": project.name}),
                     project_id=project.id,
                     submitted_by=label,
@@ -180,7 +180,7 @@ async def write_jobs(
                 ),
             )
         )
-    jobs = await service.insert_jobs(session=session, jobs=[new for _, new in accepted])
+    jobs = await new_jobs.insert_jobs(session=session, jobs=[new for _, new in accepted])
     await audit.insert_entries(
         session=session,
         entries=[

@@ -1,4 +1,5 @@
-"""The one place where a job's status changes: legality, timestamps and the event record."""
+"""The one place where a job's status changes: legality, timestamps and the event record;
+and events written many to a statement, named and published as flushed ones are."""
 
 from __future__ import annotations
 
@@ -57,27 +58,6 @@ async def transition_job(
         job.started_at = now
     if to.is_terminal:
         job.finished_at = now
-    session.add(event)
-    if flush:
-        await session.flush()
-    return event
-
-
-async def record_event(
-    *,
-    session: AsyncSession,
-    job: Job,
-    kind: EventKind,
-    message: str,
-    task: str | None = None,
-    data: dict[str, Any] | None = None,
-    flush: bool = True,
-) -> JobEvent:
-    """Record something that happened to a job without changing its status (flush: as in
-    transition_job)."""
-    event = JobEvent(
-        job_id=job.id, at=utcnow(), kind=kind, task=task, message=message, data=data or {}
-    )
     session.add(event)
     if flush:
         await session.flush()

@@ -17,9 +17,10 @@ from agents.protocol import StartTask, StopTask, TaskKey
 from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.hosts.models import Device, Host
+from backend.hosts.states import HostStatus
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
-from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus
+from backend.jobs.states import LIVE_TASK_STATUSES
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.launch import JobLaunch
 from backend.scheduling.placement import HostCapacity

@@ -22,11 +22,11 @@ from agents.vocabulary import Role
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import RESTARTABLE, TASK_RESTARTABLE
-from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
+from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.restart_rules import backoff_seconds, plan_restart, retryable
 from backend.scheduling.transaction import Transaction
 

@@ -27,13 +27,13 @@ from agents.protocol import TaskKey
 from agents.vocabulary import Role, format_task_name
 from backend import security
 from backend.db import in_pages, utcnow
-from backend.hosts.changes import TaskRow, note_tasks
+from backend.jobs.cluster_changes import TaskRow, note_tasks
 from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import StoredEvent, record_events
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.jobs.versioning import PAGE, VersionedRow, raise_if_stale, versioned_update
 from backend.scheduling.cluster import StartMode
+from backend.scheduling.lifecycle import StoredEvent, record_events
 from backend.scheduling.task_events import NamedHost, key_text, wanted_on
 from backend.scheduling.transaction import Transaction
 

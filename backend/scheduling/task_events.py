@@ -20,11 +20,11 @@ from backend import security
 from backend.db import utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
-from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import record_event, transition_job
+from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling import restarts
+from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.outcome import judge_exit
 from backend.scheduling.transaction import Transaction
 

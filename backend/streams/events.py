@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
+from backend.db import PublishingSession
 from backend.jobs.events import EventKind
 from backend.jobs.models import JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
@@ -89,11 +90,6 @@ def event_frame(row: EventRow) -> EventFrame | CheckpointFrame:
             # edited by hand) goes out as a plain event rather than failing the publish.
             pass
     return EventFrame(type="event", job_id=row.job_id, event=event)
-
-
-class PublishingSession(Session):
-    """The sync session behind the server's AsyncSessions (backend.app): the listeners
-    below publish the events its transactions commit, when its info holds a broker."""
 
 
 @event.listens_for(PublishingSession, "after_flush")

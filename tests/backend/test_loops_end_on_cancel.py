@@ -16,8 +16,8 @@ import pytest
 from pydantic import SecretStr
 
 from backend.auth import TokenKind, TokenRegistry
+from backend.cluster.board import ClusterBoard
 from backend.config import Settings
-from backend.hosts.board import ClusterBoard
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import NativeAgents

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.runtime_environment import EngineInfo
+from backend.cluster.service import DeviceInfo, register_host
 from backend.hosts.models import Host
-from backend.hosts.service import DeviceInfo, register_host
 
 BASE_SPECS: dict[str, dict[str, Any]] = {
     "parameter_server": {

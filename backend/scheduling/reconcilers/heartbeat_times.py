@@ -9,8 +9,8 @@ from typing import cast
 from sqlalchemy import Table, bindparam, update
 
 from backend.db import utcnow
-from backend.hosts.changes import note_heartbeats
 from backend.hosts.models import Host
+from backend.jobs.cluster_changes import note_heartbeats
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.transaction import Transaction

@@ -8,7 +8,7 @@ import time
 from sqlalchemy import select
 
 from backend.hosts.models import Host
-from backend.jobs.states import HostStatus
+from backend.hosts.states import HostStatus
 from backend.scheduling import task_events
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.pace import HeartbeatPace

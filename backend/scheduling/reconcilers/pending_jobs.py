@@ -10,12 +10,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from backend.db import utcnow
-from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.jobs.tfconfig import cluster_spec, tf_config
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.native import RESEND_SECONDS
 from backend.scheduling.placement import HostCapacity, Ranking, TaskNeed, Unplaceable, place
 from backend.scheduling.quotas import GpuQuotas

@@ -13,13 +13,9 @@ from agents.protocol import RunningTask, TaskExit, TaskKey
 from agents.vocabulary import format_task_name
 from backend.db import in_pages, utcnow
 from backend.hosts.models import Host
+from backend.hosts.states import HostStatus
 from backend.jobs.models import Job, Task
-from backend.jobs.states import (
-    ACTIVE_JOB_STATUSES,
-    LIVE_TASK_STATUSES,
-    HostStatus,
-    TaskStatus,
-)
+from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, TaskStatus
 from backend.scheduling import started, task_events
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.reconcilers.reported_starts import hosts_named

@@ -14,15 +14,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.cli.server_logging import WebsocketConnectionLines, server_log_config
 from backend.config import Settings, async_database_url
-from backend.db import create_engine, session_factory
-from backend.jobs.lifecycle import transition_job
+from backend.db import PublishingSession, create_engine, session_factory
 from backend.jobs.models import Job
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JobStatus
+from backend.scheduling.lifecycle import transition_job
+from backend.scheduling.new_jobs import create_job
 from backend.schema import upgrade_database
 from backend.streams.broker import Broker
-from backend.streams.events import BROKER, PublishingSession
+from backend.streams.events import BROKER
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
 from tests.support.processes import strata_server

@@ -1,4 +1,4 @@
-"""The cluster view kept in memory (backend.hosts.board): after every kind of change it is what
+"""The cluster view kept in memory (backend.cluster.board): after every kind of change it is what
 reading everything afresh gives."""
 
 from __future__ import annotations
@@ -12,20 +12,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
+from backend.cluster import board as board_module
+from backend.cluster import service
+from backend.cluster.board import ClusterBoard, HostPart
+from backend.cluster.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
+from backend.cluster.usage import UsageBoard
 from backend.config import Settings
-from backend.hosts import board as board_module
-from backend.hosts import service
-from backend.hosts.board import ClusterBoard, HostPart
-from backend.hosts.changes import ClusterChanges
 from backend.hosts.models import Host
-from backend.hosts.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
-from backend.hosts.usage import UsageBoard
+from backend.hosts.states import HostStatus
+from backend.jobs.cluster_changes import ClusterChanges
 from backend.jobs.models import Job, Task
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
-from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, JobStatus, TaskStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.controller import Change, Controller
+from backend.scheduling.new_jobs import create_job
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.transaction import Transaction

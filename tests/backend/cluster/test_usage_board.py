@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from agents.protocol import DeviceStats, TaskKey, TaskStats, UsageReport
+from backend.cluster.usage import UsageBoard
 from backend.hosts.schemas import DeviceRead, HostRead
-from backend.hosts.usage import UsageBoard
-from backend.jobs.states import HostStatus
+from backend.hosts.states import HostStatus
 from backend.streams.broker import Broker
 
 KEY = TaskKey(job_id=4, task="worker:0", attempt=2)

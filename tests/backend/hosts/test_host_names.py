@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from backend.hosts.models import Host
 from backend.hosts.names import admit_hello
-from backend.jobs.states import HostStatus
+from backend.hosts.states import HostStatus
 
 MINE, OTHER = "identity-of-the-first", "identity-of-a-clone"
 

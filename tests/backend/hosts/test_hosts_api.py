@@ -8,11 +8,12 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from backend.hosts.models import Host
 from backend.hosts.names import NameClash
+from backend.hosts.states import HostStatus
 from backend.jobs.models import Job, Task
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
-from backend.jobs.states import HostStatus, JobStatus, TaskStatus
+from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.hub import AgentConnection, AgentHub
+from backend.scheduling.new_jobs import create_job
 from tests.conftest import Api
 from tests.support.factories import make_host, make_spec
 

@@ -17,7 +17,7 @@ from agents.runtime_environment import EngineInfo
 from backend.cli import app
 from backend.cli import client as cli_client
 from backend.hosts.schemas import HostRead
-from backend.jobs.states import HostStatus
+from backend.hosts.states import HostStatus
 from tests.backend.api.test_agent_channel import ADMIN, AGENT, hello, receive
 from tests.conftest import Api
 from tests.support.factories import make_host

@@ -14,13 +14,13 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from agents.protocol import Hello, TaskExit, TaskKey, Welcome
 from backend.hosts.models import Host
-from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling import agent_reports, task_events
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentConnection
+from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
 from tests.support.factories import make_host, make_spec

@@ -9,7 +9,7 @@ import yaml
 from sqlalchemy import select
 
 from backend.db import utcnow
-from backend.jobs import service
+from backend.jobs import queries
 from backend.jobs.models import Task
 from backend.jobs.states import TaskStatus
 from tests.conftest import Api
@@ -228,7 +228,7 @@ async def test_a_listed_job_is_the_job_read_alone(api: Api) -> None:
     for job_id in ids:
         alone = (await api.http.get(f"/jobs/{job_id}")).json()
         async with api.session() as session:
-            loaded = service.job_read(await service.get_job(session=session, job_id=job_id))
+            loaded = queries.job_read(await queries.get_job(session=session, job_id=job_id))
         as_loaded = loaded.model_dump(mode="json")
         for view in (alone, listed[job_id], as_loaded):
             for key in apart:

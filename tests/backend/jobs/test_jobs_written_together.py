@@ -9,12 +9,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.db import session_factory
-from backend.jobs import service
-from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.jobs.versioning import PAGE, versioned_update
+from backend.scheduling import new_jobs
+from backend.scheduling.lifecycle import transition_job
 from tests.backend.conftest import count_updates
 from tests.support.factories import make_spec
 
@@ -22,7 +22,7 @@ from tests.support.factories import make_spec
 async def stored_jobs(engine: AsyncEngine, count: int) -> list[int]:
     async with session_factory(engine)() as session:
         spec = JobSpec.model_validate(make_spec("parameter_server"))
-        jobs = [await service.create_job(session=session, spec=spec) for _ in range(count)]
+        jobs = [await new_jobs.create_job(session=session, spec=spec) for _ in range(count)]
         await session.commit()
         return [job.id for job in jobs]
 

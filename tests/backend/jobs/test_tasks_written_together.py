@@ -12,15 +12,14 @@ from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
-from backend.db import session_factory
-from backend.hosts.changes import BOARD, ClusterChanges, TaskRow
+from backend.db import PublishingSession, session_factory
 from backend.hosts.models import Host
-from backend.jobs import service
-from backend.jobs.lifecycle import transition_job
+from backend.jobs.cluster_changes import BOARD, ClusterChanges, TaskRow
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.streams.events import PublishingSession
+from backend.scheduling import new_jobs
+from backend.scheduling.lifecycle import transition_job
 from tests.backend.conftest import count_updates
 from tests.support.factories import make_host, make_spec
 
@@ -31,7 +30,7 @@ async def stored(engine: AsyncEngine, jobs: int) -> tuple[list[int], int]:
     """Parameter-server jobs (four tasks each) and a host to place them on."""
     async with session_factory(engine)() as session:
         spec = JobSpec.model_validate(make_spec("parameter_server"))
-        ids = [(await service.create_job(session=session, spec=spec)).id for _ in range(jobs)]
+        ids = [(await new_jobs.create_job(session=session, spec=spec)).id for _ in range(jobs)]
         host = await make_host(session, "host-a", gpus=8)
         await session.commit()
         return ids, host.id

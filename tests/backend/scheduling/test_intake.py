@@ -17,11 +17,11 @@ from backend.audit.actions import AuditAction
 from backend.audit.models import AuditEntry
 from backend.auth import Principal, TokenKind
 from backend.errors import NotFound
-from backend.jobs.intake import GATHER_SECONDS, JobIntake, Submission
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead
 from backend.jobs.spec import JobSpec
 from backend.scheduling.controller import Change, Controller
+from backend.scheduling.intake import GATHER_SECONDS, JobIntake, Submission
 from backend.scheduling.transaction import Transaction
 from backend.teams.access import Access
 from backend.teams.roles import ProjectRole

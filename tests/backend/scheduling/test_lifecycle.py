@@ -7,11 +7,11 @@ import itertools
 import pytest
 from sqlalchemy import select
 
-from backend.jobs.lifecycle import IllegalTransition, transition_job
 from backend.jobs.models import Job, JobEvent
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JOB_TRANSITIONS, JobStatus, can_transition
+from backend.scheduling.lifecycle import IllegalTransition, transition_job
+from backend.scheduling.new_jobs import create_job
 from tests.conftest import Api
 from tests.support.factories import make_spec
 

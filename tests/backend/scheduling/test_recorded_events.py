@@ -8,14 +8,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from backend.audit.service import name_actor
 from backend.auth import Principal, TokenKind
-from backend.db import session_factory
-from backend.jobs import service
-from backend.jobs.events import EventKind
-from backend.jobs.lifecycle import StoredEvent, record_event, record_events
+from backend.db import PublishingSession, session_factory
+from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import JobSpec
+from backend.scheduling import new_jobs
+from backend.scheduling.lifecycle import StoredEvent, record_events
 from backend.streams.broker import Broker, Subscription, job_topic
-from backend.streams.events import BROKER, PublishingSession
+from backend.streams.events import BROKER
 from backend.streams.frames import EventFrame
 from tests.support.factories import make_spec
 
@@ -42,7 +42,7 @@ async def publishing_job(
     broker = Broker()
     sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
     async with sessions() as session:
-        job = await service.create_job(
+        job = await new_jobs.create_job(
             session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
         )
         await session.commit()

@@ -12,9 +12,9 @@ from pydantic import SecretStr
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.errors import InvalidInput
+from backend.jobs.slurm_options import ALLOWED_SBATCH_OPTIONS
 from backend.jobs.spec import JobSpec, validate_spec
 from backend.jobs.states import JobStatus
-from backend.slurm.options import ALLOWED_SBATCH_OPTIONS
 from backend.slurm.outcome import SlurmView, ending, waiting_reason
 from backend.slurm.script import Shape, ShapeError, allocation_shape, batch_script, sbatch_options
 from tests.support.factories import make_spec

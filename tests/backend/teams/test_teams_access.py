@@ -19,9 +19,9 @@ from starlette.websockets import WebSocketDisconnect
 
 from backend.app import create_app
 from backend.db import utcnow
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import TaskStatus
+from backend.scheduling.new_jobs import create_job
 from backend.teams import service as teams_service
 from backend.tokens.models import ApiToken
 from backend.tokens.service import token_hash

@@ -20,13 +20,13 @@ from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.hosts.models import Host
-from backend.jobs import service
-from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus
+from backend.scheduling import new_jobs
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.hub import AgentHub
+from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
@@ -104,7 +104,7 @@ class World:
     async def job(self, base: str = "mirrored", /, **overrides: object) -> int:
         spec = JobSpec.model_validate(make_spec(base, **overrides))
         async with self.sessions() as session:
-            job = await service.create_job(session=session, spec=spec)
+            job = await new_jobs.create_job(session=session, spec=spec)
             await session.commit()
             return job.id
 

@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import select
 
 from backend.hosts.models import Host
-from backend.jobs.states import HostStatus, JobStatus, TaskStatus
+from backend.hosts.states import HostStatus
+from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.reconcilers.lost_hosts import CHECK_EVERY_SECONDS, LostHosts
 from tests.backend.scheduling.reconcilers.conftest import World
 

@@ -8,10 +8,10 @@ import pytest
 
 from agents.protocol import StartTask, TaskKey
 from agents.runtime_environment import EngineInfo
-from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.evaluator import request_evaluator
+from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.reconcilers import pending_jobs as pending_jobs_module
 from backend.scheduling.reconcilers.pending_jobs import PLACEMENTS_PER_PASS, PendingJobs
 from backend.scheduling.transaction import Transaction

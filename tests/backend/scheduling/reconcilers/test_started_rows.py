@@ -11,15 +11,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 from sqlalchemy.orm.exc import StaleDataError
 
-from backend.db import session_factory
-from backend.hosts.changes import BOARD, ClusterChanges
+from backend.db import PublishingSession, session_factory
 from backend.hosts.models import Host
+from backend.jobs.cluster_changes import BOARD, ClusterChanges
 from backend.jobs.events import EventKind
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling import started
 from backend.scheduling.transaction import Transaction
-from backend.streams.events import PublishingSession
 from tests.backend.scheduling.reconcilers.conftest import World
 
 
