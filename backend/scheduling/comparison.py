@@ -1,4 +1,5 @@
-"""Compares what agents say they run with what they should run, and sends the difference.
+"""What an agent runs compared with what it should run, and the difference decided: for the
+RunningTasks pass (heartbeats) and for an agent's hello (backend.scheduling.agent_reports).
 
 A heartbeat asks for a comparison only when what the agent runs changed, or while a command
 it has not answered yet may be due again (see AgentReports.on_heartbeat); a hello always does.
@@ -10,23 +11,27 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import RunningTask, TaskExit, TaskKey
-from agents.vocabulary import format_task_name
 from backend.db import in_pages, utcnow
 from backend.hosts.models import Host
 from backend.jobs.models import Job, Task
-from backend.jobs.states import (
-    ACTIVE_JOB_STATUSES,
-    LIVE_TASK_STATUSES,
-    HostStatus,
-    TaskStatus,
-)
+from backend.jobs.states import LIVE_TASK_STATUSES, TaskStatus
 from backend.scheduling import started, task_events
 from backend.scheduling.cluster import ClusterView
-from backend.scheduling.reconcilers.reported_starts import hosts_named
-from backend.scheduling.reconcilers.restarted_tasks import start_if_due
 from backend.scheduling.transaction import Transaction
 
 Placed = dict[TaskKey, tuple[Task, Job]]
+
+
+def start_if_due(
+    tx: Transaction, view: ClusterView, host: str, job: Job, task: Task, *, force: bool = False
+) -> None:
+    """Start a scheduled attempt once its backoff is over and its predecessor is gone (the
+    earlier attempt holds the port)."""
+    if task.restart_after is not None and task.restart_after > utcnow():
+        return
+    if view.old_attempt_running(job.id, task.name, task.attempt):
+        return
+    tx.start(host, job, task, force=force)
 
 
 async def placed_on(session: AsyncSession, host_ids: list[int]) -> dict[int, Placed]:
@@ -51,40 +56,6 @@ async def placed_on(session: AsyncSession, host_ids: list[int]) -> dict[int, Pla
         assert task.host_id is not None
         placed.setdefault(task.host_id, {})[task.key] = (task, jobs[task.job_id])
     return placed
-
-
-async def agreeing(session: AsyncSession, reports: dict[int, list[RunningTask]]) -> set[int]:
-    """The hosts (of `reports`, by host id) that run exactly what they should, every attempt
-    of it running, from plain rows: nothing to change, so no task or job is loaded for them.
-    Most hosts agree most of the time, and loading their tasks and jobs only to find that
-    would dominate each pass."""
-    if not reports:
-        return set()
-    should: dict[int, set[tuple[int, str, int]]] = {host_id: set() for host_id in reports}
-    doubtful: set[int] = set()  # a live attempt not yet running, or of a job that has ended
-    for host_id, job_id, role, index, attempt, status, job_status in await session.execute(
-        select(
-            Task.host_id,
-            Task.job_id,
-            Task.role,
-            Task.index,
-            Task.attempt,
-            Task.status,
-            Job.status,
-        )
-        .join(Task.job)
-        .where(Task.host_id.in_(list(reports)), Task.status.in_(LIVE_TASK_STATUSES))
-    ):
-        assert host_id is not None
-        if status is not TaskStatus.running or job_status not in ACTIVE_JOB_STATUSES:
-            doubtful.add(host_id)
-        should[host_id].add((job_id, format_task_name(role, index), attempt))
-    return {
-        host_id
-        for host_id, running in reports.items()
-        if host_id not in doubtful
-        and should[host_id] == {(r.key.job_id, r.key.task, r.key.attempt) for r in running}
-    }
 
 
 def note_after_commit(
@@ -140,29 +111,3 @@ async def sync_running(
             start_if_due(tx, view, host.name, job, task, force=force)
             agrees = False
     return agrees
-
-
-class RunningTasks:
-    """Compares each host whose heartbeat asked for it, all in one query."""
-
-    def __init__(self, *, view: ClusterView) -> None:
-        self.view = view
-
-    async def reconcile(self, tx: Transaction) -> None:
-        reports, self.view.to_compare = self.view.to_compare, {}
-        hosts = await hosts_named(tx.session, list(reports))
-        by_id = {host.id: reports[name] for name, host in hosts.items()}
-        settled = await agreeing(tx.session, by_id)
-        placed = await placed_on(tx.session, [i for i in by_id if i not in settled])
-        for name, running in reports.items():
-            host = hosts.get(name)
-            if host is None:
-                continue
-            if host.status is not HostStatus.online:
-                host.status = HostStatus.online
-            if host.id in settled:
-                agrees = True
-            else:
-                here = placed.get(host.id, {})
-                agrees = await sync_running(tx, self.view, host, running, here, force=False)
-            note_after_commit(tx, self.view, name, running, agrees)

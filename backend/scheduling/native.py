@@ -29,7 +29,7 @@ RESEND_SECONDS = 5.0  # how long an unanswered start or stop waits before it is 
 
 
 class NativeAgents:
-    """The TaskBackend of hosts that run Strata's own agent."""
+    """The agents tasks run on (`Agents`): hosts that run Strata's own agent, a websocket each."""
 
     def __init__(self, *, settings: Settings, tokens: TokenRegistry, hub: AgentHub) -> None:
         self.settings = settings

@@ -1,4 +1,5 @@
-"""Applies the task starts agents reported since the last pass, all in one transaction."""
+"""The task starts agents reported, applied: by the ReportedStarts pass, all in one
+transaction, and before an agent's hello or a task's exit (backend.scheduling.agent_reports)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,3 @@ async def apply_reported_starts(tx: Transaction, view: ClusterView, host_names: 
     ]
     if starts:
         await started.mark_started_many(tx=tx, starts=starts, modes=modes)
-
-
-class ReportedStarts:
-    def __init__(self, *, view: ClusterView) -> None:
-        self.view = view
-
-    async def reconcile(self, tx: Transaction) -> None:
-        await apply_reported_starts(tx, self.view, list(self.view.reported_starts))

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agents.protocol import ServerMessage, TaskKey
 from backend.jobs.models import Job, Task
 from backend.monitoring.instruments import ServerMetrics
-from backend.scheduling.backend import TaskBackend
+from backend.scheduling.executors import Agents, Executors
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Outbox:
 @dataclass
 class Transaction:
     session: AsyncSession
-    backend: TaskBackend
+    executors: Executors  # where tasks run: each job's executor, over the agents
     outbox: Outbox = field(default_factory=Outbox)
     # What to note in memory once the transaction has committed (never if it rolls back).
     after_commit: list[Callable[[], None]] = field(default_factory=list)
@@ -60,10 +60,14 @@ class Transaction:
         if monitor is not None:
             self.after_commit.append(lambda: record(monitor))
 
+    @property
+    def agents(self) -> Agents:
+        return self.executors.agents
+
     def start(self, host: str, job: Job, task: Task, *, force: bool = False) -> None:
         """Start the task's current attempt on that host, once this transaction commits."""
-        self.backend.start(self.outbox, host, job, task, force=force)
+        self.agents.start(self.outbox, host, job, task, force=force)
 
     def stop(self, host: str, key: TaskKey, reason: str, *, force: bool = False) -> None:
         """Stop that attempt on that host, once this transaction commits."""
-        self.backend.stop(self.outbox, host, key, reason, force=force)
+        self.agents.stop(self.outbox, host, key, reason, force=force)
