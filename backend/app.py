@@ -44,13 +44,15 @@ from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.controller import Controller
+from backend.scheduling.executors import Executors
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.intake import JobIntake
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.schema import upgrade_database
 from backend.shutdown import close_within, stop_services
-from backend.slurm.reconcile import SlurmBackend
+from backend.slurm.executor import SlurmExecutor
+from backend.slurm.reconcile import SlurmSync
 from backend.streams.broker import Broker, job_topic
 from backend.streams.events import BROKER
 from backend.streams.history import log_frame
@@ -107,11 +109,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.logs = LogStore(
             settings.data_dir / "logs", settings.log_bytes_per_task, publish_log
         )
-        # Tasks run on native agents, reached through the hub; the controller sees only
-        # the TaskBackend, and the agents' reports reach it through AgentReports.
+        # Tasks run on agents reached through the hub: native hosts, and those started in a
+        # Slurm job's allocation. Each job's executor says which may take it; the Slurm one
+        # is there with Slurm off too, so that a job asking for Slurm never runs elsewhere.
+        # The controller sees only the Executors; agents' reports reach it via AgentReports.
         agents = NativeAgents(settings=settings, tokens=app.state.tokens, hub=app.state.hub)
+        executors = Executors(agents=agents, others=[SlurmExecutor()])
         app.state.controller = Controller(
-            settings=settings, sessions=app.state.sessions, backend=agents, monitor=monitor
+            settings=settings, sessions=app.state.sessions, executors=executors, monitor=monitor
         )
         app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
         # Submissions waiting for the controller are written together (backend.scheduling.intake).
@@ -135,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
         app.state.slurm = None
         if settings.slurm_enabled:
-            app.state.slurm = SlurmBackend(
+            app.state.slurm = SlurmSync(
                 settings=settings,
                 sessions=app.state.sessions,
                 tokens=app.state.tokens,

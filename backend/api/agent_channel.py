@@ -28,6 +28,7 @@ from backend.api.deps import (
     HubDep,
     LogStoreDep,
     SettingsDep,
+    SlurmDep,
     UsageDep,
     websocket_principal,
 )
@@ -40,7 +41,6 @@ from backend.hosts.names import NameClash
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.cluster import StartMode
 from backend.scheduling.hub import AgentConnection, NameTaken
-from backend.slurm.reconcile import SlurmBackend
 from backend.streams.logs import LogStore
 
 router = APIRouter()
@@ -67,6 +67,7 @@ async def agent_channel(
     reports: AgentReportsDep,
     logs: LogStoreDep,
     usage: UsageDep,
+    slurm: SlurmDep,
 ) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
@@ -107,7 +108,6 @@ async def agent_channel(
     # only while that Slurm job runs; only that job's tasks are placed on it.
     bound_job = principal.job_id if principal.kind is TokenKind.job_agent else None
     if bound_job is not None:
-        slurm: SlurmBackend | None = getattr(websocket.app.state, "slurm", None)
         refusal = (
             "this server runs no Slurm backend"
             if slurm is None

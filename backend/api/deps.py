@@ -26,6 +26,7 @@ from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.intake import JobIntake
 from backend.scheduling.runtime_links import RuntimeLinks
+from backend.slurm.reconcile import SlurmSync
 from backend.streams.broker import Broker
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
@@ -111,6 +112,14 @@ def get_cluster_board(connection: HTTPConnection) -> ClusterBoard:
     return app_state(connection, "cluster_board", ClusterBoard)
 
 
+def get_slurm(connection: HTTPConnection) -> SlurmSync | None:
+    """The Slurm loop, or None where this server runs no Slurm (STRATA_SLURM_ENABLED); the
+    lifespan always sets one or the other."""
+    if getattr(connection.app.state, "slurm", "unset") is None:
+        return None
+    return app_state(connection, "slurm", SlurmSync)
+
+
 def on_the_loop(getter: Callable[[HTTPConnection], T]) -> Callable[..., Coroutine[Any, Any, T]]:
     """The getter as a dependency run on the event loop: FastAPI runs a plain `def` dependency
     in its thread pool, a round trip to another thread per dependency and request (a dozen
@@ -138,6 +147,7 @@ RuntimeLinksDep = Annotated[RuntimeLinks, Depends(on_the_loop(get_runtime_links)
 HubDep = Annotated[AgentHub, Depends(on_the_loop(get_hub))]
 UsageDep = Annotated[UsageBoard, Depends(on_the_loop(get_usage))]
 ClusterBoardDep = Annotated[ClusterBoard, Depends(on_the_loop(get_cluster_board))]
+SlurmDep = Annotated[SlurmSync | None, Depends(on_the_loop(get_slurm))]
 
 _bearer = HTTPBearer(auto_error=False, description="An admin token (printed by `strata up`).")
 

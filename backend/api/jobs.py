@@ -18,6 +18,7 @@ from backend.api.deps import (
     JobMember,
     JobReader,
     SessionDep,
+    SlurmDep,
     UsageDep,
 )
 from backend.audit import service as audit
@@ -42,7 +43,6 @@ from backend.jobs.states import JobStatus
 from backend.scheduling import restarts, task_events
 from backend.scheduling.quotas import check_priority
 from backend.slurm.admission import admit
-from backend.slurm.reconcile import SlurmBackend
 from backend.teams import service as teams_service
 from backend.teams.roles import TEAM_NAME_PATTERN
 
@@ -73,6 +73,7 @@ async def submit_job(
     request: Request,
     session: SessionDep,
     intake: IntakeDep,
+    slurm: SlurmDep,
     principal: ActorPrincipal,
     access: CallerAccess,
     source: ClientSource,
@@ -92,7 +93,6 @@ async def submit_job(
             session=session, access=access, name=spec.project
         )
         check_priority(project=project, priority=spec.priority)
-        slurm: SlurmBackend | None = getattr(request.app.state, "slurm", None)
         await admit(
             spec,
             settings=request.app.state.settings,

@@ -27,15 +27,15 @@ from backend.hosts.names import admit_hello
 from backend.hosts.schemas import HostRead
 from backend.scheduling import task_events
 from backend.scheduling.cluster import StartMode
-from backend.scheduling.controller import Change, Controller
-from backend.scheduling.hub import AgentHub
-from backend.scheduling.native import RESEND_SECONDS
-from backend.scheduling.reconcilers.reported_starts import apply_reported_starts
-from backend.scheduling.reconcilers.running_tasks import (
+from backend.scheduling.comparison import (
     note_after_commit,
     placed_on,
     sync_running,
 )
+from backend.scheduling.controller import Change, Controller
+from backend.scheduling.hub import AgentHub
+from backend.scheduling.native import RESEND_SECONDS
+from backend.scheduling.start_reports import apply_reported_starts
 from backend.scheduling.transaction import Transaction
 
 

@@ -4,10 +4,10 @@ Level-triggered, like a Kubernetes controller. The database holds what should ru
 report what does run (in hello and heartbeats) and what exited. A pass runs the reconcilers
 (backend.scheduling.reconcilers) in one transaction; requests and agent reports
 (backend.scheduling.agent_reports, which uses `committed` and `send`) are applied the same
-way. Where tasks run is the TaskBackend it is given. Every change to jobs and tasks goes
-through this class, under one lock, and jobs are versioned: a change that read a job another
-writer has changed since is applied again on fresh state, so an acknowledged request is never
-undone by something concurrent.
+way. Where tasks run is the executors it is given (backend.scheduling.executors). Every
+change to jobs and tasks goes through this class, under one lock, and jobs are versioned: a
+change that read a job another writer has changed since is applied again on fresh state, so
+an acknowledged request is never undone by something concurrent.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from backend.config import Settings
 from backend.monitoring.instruments import ServerMetrics
-from backend.scheduling.backend import TaskBackend
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.executors import Executors
+from backend.scheduling.outbox import Outbox
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
@@ -37,7 +38,7 @@ from backend.scheduling.reconcilers.reported_starts import ReportedStarts
 from backend.scheduling.reconcilers.restarted_tasks import RestartedTasks
 from backend.scheduling.reconcilers.running_tasks import RunningTasks
 from backend.scheduling.stale import applied_again_if_stale
-from backend.scheduling.transaction import Outbox, Transaction
+from backend.scheduling.transaction import Transaction
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,7 +62,7 @@ class Controller:
         *,
         settings: Settings,
         sessions: async_sessionmaker[AsyncSession],
-        backend: TaskBackend,
+        executors: Executors,
         monitor: ServerMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -69,7 +70,7 @@ class Controller:
         self.sessions = sessions
         self.view = ClusterView()
         self.pace = HeartbeatPace.from_settings(settings)
-        self.backend = backend  # where tasks run: it sends the commands passes decide
+        self.executors = executors  # where tasks run: its agents send what passes decide
         self._lock = asyncio.Lock()
         self._queued = 0  # transactions waiting for the lock
         self._wake = asyncio.Event()
@@ -148,7 +149,7 @@ class Controller:
         took = time.perf_counter()
         try:
             async with self.sessions() as session:
-                tx = Transaction(session=session, backend=self.backend, monitor=self.monitor)
+                tx = Transaction(session=session, executors=self.executors, monitor=self.monitor)
                 yield tx
                 await session.commit()
         finally:
@@ -162,7 +163,7 @@ class Controller:
     def send(self, outbox: Outbox) -> None:
         """Send the commands of a committed transaction."""
         self.view.commanded(outbox.hosts())
-        self.backend.send(outbox)
+        self.executors.agents.send(outbox)
 
     # --- requests ---------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
         return
     slots = place(
         [TaskNeed(*EVALUATOR, spec.replicas.evaluator.gpus)],
-        await tx.backend.capacities(session),
+        await tx.agents.capacities(session),
         image=spec.image,
     )
     if isinstance(slots, Unplaceable):

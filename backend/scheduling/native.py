@@ -23,14 +23,14 @@ from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.launch import JobLaunch
+from backend.scheduling.outbox import Outbox
 from backend.scheduling.placement import HostCapacity
-from backend.scheduling.transaction import Outbox
 
 RESEND_SECONDS = 5.0  # how long an unanswered start or stop waits before it is sent again
 
 
 class NativeAgents:
-    """The TaskBackend of hosts that run Strata's own agent."""
+    """The agents tasks run on (`Agents`): hosts that run Strata's own agent, a websocket each."""
 
     def __init__(self, *, settings: Settings, tokens: TokenRegistry, hub: AgentHub) -> None:
         self.settings = settings

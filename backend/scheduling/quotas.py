@@ -1,24 +1,24 @@
-"""Project quotas on the native backend: how many GPUs a project's jobs may hold at once.
+"""Project quotas: how many GPUs a project's native jobs may hold at once.
 
 A job whose project would go over its `max_gpus` waits with a reason that says so; jobs of
 other projects behind it are placed as usual. Only placement is held: a quota lowered below
-what a project already uses stops nothing. Slurm jobs are left to Slurm's own limits (the
-project's Slurm account), so they neither count nor wait here.
+what a project already uses stops nothing. An executor with limits of its own (Slurm's, on
+the project's Slurm account) has its jobs neither count nor wait here (Executor.counts_gpus).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.errors import FieldIssue, InvalidInput
 from backend.jobs.models import Job, Task
 from backend.jobs.states import LIVE_TASK_STATUSES
-from backend.slurm.models import SlurmJob
 from backend.teams.models import Project
 
 
@@ -31,7 +31,11 @@ class GpuQuotas:
     used: dict[int, int] = field(default_factory=dict)
 
     @classmethod
-    async def load(cls, session: AsyncSession) -> GpuQuotas:
+    async def load(
+        cls, session: AsyncSession, *, uncounted: Sequence[Select[tuple[int]]]
+    ) -> GpuQuotas:
+        """The limits, and what each project holds but for the jobs `uncounted` names
+        (Executors.uncounted_jobs)."""
         rows = await session.execute(
             select(Project.id, Project.name, Project.max_gpus).where(Project.max_gpus.is_not(None))
         )
@@ -45,7 +49,7 @@ class GpuQuotas:
             .where(
                 Job.project_id.in_(list(limits)),
                 Task.status.in_(LIVE_TASK_STATUSES),
-                Job.id.not_in(select(SlurmJob.job_id)),
+                *(Job.id.not_in(query) for query in uncounted),
             )
         )
         for project_id, gpus in held.all():

@@ -138,7 +138,7 @@ async def apply_exit(
         security.refused(f"agent {host.name}", f"task_exited for {key_text(exit.key)}")
         return
     if exit.agent_stopping:
-        tx.backend.leaving(host.name)  # a stopping agent takes no new tasks
+        tx.agents.leaving(host.name)  # a stopping agent takes no new tasks
     if task.attempt != exit.key.attempt or task.host_id != host.id:
         return  # an exit of an attempt we no longer track
     if task.status not in LIVE_TASK_STATUSES:
@@ -220,7 +220,7 @@ def allocation_ending(tx: Transaction, host: Host, job: Job, exit: TaskExit) -> 
     """Whether the exit is the job's own allocation going away (Slurm stopping the agents it
     started for the job: a requeue, a preemption, the Slurm job's end) rather than a failure.
     A native agent's stop still counts: its host is lost to the job as a failed one is."""
-    return exit.agent_stopping and tx.backend.bound_job(host.name) == job.id
+    return exit.agent_stopping and tx.agents.bound_job(host.name) == job.id
 
 
 async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:

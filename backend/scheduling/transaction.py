@@ -11,43 +11,17 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents.protocol import ServerMessage, TaskKey
+from agents.protocol import TaskKey
 from backend.jobs.models import Job, Task
 from backend.monitoring.instruments import ServerMetrics
-from backend.scheduling.backend import TaskBackend
-
-
-@dataclass
-class Outbox:
-    """Commands decided inside a transaction, sent only once it has committed."""
-
-    messages: list[tuple[str, ServerMessage]] = field(default_factory=list)
-    # Which command (kind, attempt) each message is: noted as sent once it is, never for a
-    # transaction that rolled back (its change applied again decides them again).
-    commands: set[tuple[str, TaskKey]] = field(default_factory=set)
-
-    def add(
-        self, host: str, message: ServerMessage, *, command: tuple[str, TaskKey] | None = None
-    ) -> None:
-        self.messages.append((host, message))
-        if command is not None:
-            self.commands.add(command)
-
-    def take(self, host: str) -> list[ServerMessage]:
-        """Remove the messages for that host, for the caller to send itself (still counted
-        as sent with the rest)."""
-        taken = [m for h, m in self.messages if h == host]
-        self.messages = [(h, m) for h, m in self.messages if h != host]
-        return taken
-
-    def hosts(self) -> set[str]:
-        return {host for host, _ in self.messages}
+from backend.scheduling.executors import Agents, Executors
+from backend.scheduling.outbox import Outbox
 
 
 @dataclass
 class Transaction:
     session: AsyncSession
-    backend: TaskBackend
+    executors: Executors  # where tasks run: each job's executor, over the agents
     outbox: Outbox = field(default_factory=Outbox)
     # What to note in memory once the transaction has committed (never if it rolls back).
     after_commit: list[Callable[[], None]] = field(default_factory=list)
@@ -60,10 +34,14 @@ class Transaction:
         if monitor is not None:
             self.after_commit.append(lambda: record(monitor))
 
+    @property
+    def agents(self) -> Agents:
+        return self.executors.agents
+
     def start(self, host: str, job: Job, task: Task, *, force: bool = False) -> None:
         """Start the task's current attempt on that host, once this transaction commits."""
-        self.backend.start(self.outbox, host, job, task, force=force)
+        self.agents.start(self.outbox, host, job, task, force=force)
 
     def stop(self, host: str, key: TaskKey, reason: str, *, force: bool = False) -> None:
         """Stop that attempt on that host, once this transaction commits."""
-        self.backend.stop(self.outbox, host, key, reason, force=force)
+        self.agents.stop(self.outbox, host, key, reason, force=force)

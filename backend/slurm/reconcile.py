@@ -53,7 +53,7 @@ def commands_from(settings: Settings) -> SlurmCommands:
     )
 
 
-class SlurmBackend:
+class SlurmSync:
     """Submits the jobs that ask for Slurm and follows their Slurm jobs."""
 
     def __init__(

@@ -19,9 +19,10 @@ from backend.auth import TokenKind, TokenRegistry
 from backend.cluster.board import ClusterBoard
 from backend.config import Settings
 from backend.scheduling.controller import Controller
+from backend.scheduling.executors import Executors
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import NativeAgents
-from backend.slurm.reconcile import SlurmBackend
+from backend.slurm.reconcile import SlurmSync
 from backend.tensorboard.processes import TensorBoards
 from tests.conftest import make_settings, serving
 
@@ -54,7 +55,7 @@ async def test_the_controller_loop_ends_when_cancelled_just_after_a_wake_up() ->
     controller = Controller(
         settings=settings,
         sessions=None,  # type: ignore[arg-type]  # never opened: the passes are stand-ins
-        backend=NativeAgents(settings=settings, tokens=TOKENS, hub=AgentHub()),
+        executors=Executors(agents=NativeAgents(settings=settings, tokens=TOKENS, hub=AgentHub())),
     )
     passes: list[int] = []
 
@@ -70,7 +71,7 @@ async def test_the_slurm_loop_ends_when_cancelled_just_after_a_wake_up() -> None
     async def apply(_change: object, **_: object) -> None:
         return None
 
-    slurm = SlurmBackend(
+    slurm = SlurmSync(
         settings=Settings(slurm_poll_seconds=0.2),
         sessions=None,  # type: ignore[arg-type]  # never opened: the passes are stand-ins
         tokens=TOKENS,

@@ -15,12 +15,12 @@ from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.jobs.tfconfig import cluster_spec, tf_config
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.executors import PassHosts
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.native import RESEND_SECONDS
 from backend.scheduling.placement import HostCapacity, Ranking, TaskNeed, Unplaceable, place
 from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
-from backend.slurm.script import allocation_shape
 
 # Jobs placed in one pass, which is one transaction: bounded so that SQLite's write lock is
 # not held longer than a submission waits for it; not so small that a backlog needs many
@@ -37,9 +37,10 @@ class PendingJobs:
     async def known_capacity(self, tx: Transaction) -> list[HostCapacity]:
         view = self.view
         fresh = time.monotonic() - view.capacity_key[1] < RESEND_SECONDS
-        if view.capacity is None or view.capacity_key[0] != tx.backend.changes or not fresh:
-            view.capacity = await tx.backend.capacities(tx.session)
-            view.capacity_key = (tx.backend.changes, time.monotonic())
+        agents = tx.agents
+        if view.capacity is None or view.capacity_key[0] != agents.changes or not fresh:
+            view.capacity = await agents.capacities(tx.session)
+            view.capacity_key = (agents.changes, time.monotonic())
         return view.capacity
 
     async def reconcile(self, tx: Transaction) -> None:
@@ -58,24 +59,24 @@ class PendingJobs:
         # and a pass runs for every submission: a job submitted to a full
         # cluster is examined alone. All are still looked at again every few seconds.
         live = select(func.count()).select_from(Task).where(Task.status.in_(LIVE_TASK_STATUSES))
-        situation = (tx.backend.changes, view.running.changes, await session.scalar(live))
+        situation = (tx.agents.changes, view.running.changes, await session.scalar(live))
         same = situation == view.unplaced and time.monotonic() - view.unplaced_at < RESEND_SECONDS
         passed_over = view.passed_over if same else set()
         queue = [job_id for job_id in queue if job_id not in passed_over]
         if not queue:
             return
         capacity = await self.known_capacity(tx)
-        # The hosts any job may use (not started for a Slurm job's allocation), once per pass
+        # The hosts any job may use (not started for a job's own allocation), once per pass
         # rather than once per job: a thousand look-ups for each job placed.
-        unbound = [c for c in capacity if tx.backend.bound_job(c.name) is None]
-        ranking = Ranking(unbound)
-        quotas = await GpuQuotas.load(session)
+        hosts = PassHosts.of(capacity, tx.agents)
+        ranking = Ranking(hosts.unbound)
+        quotas = await GpuQuotas.load(session, uncounted=tx.executors.uncounted_jobs())
         placed = 0
         async for job in _pending_jobs(session, queue):
             if placed == PLACEMENTS_PER_PASS:
                 self.wake()  # the rest in the next pass, after this one has committed
                 break
-            if await self._place(tx, job, capacity, unbound, ranking, quotas):
+            if await self._place(tx, job, hosts, ranking, quotas):
                 placed += 1
             else:
                 passed_over.add(job.id)
@@ -94,8 +95,7 @@ class PendingJobs:
         self,
         tx: Transaction,
         job: Job,
-        capacity: list[HostCapacity],
-        unbound: list[HostCapacity],
+        hosts: PassHosts,
         ranking: Ranking,
         quotas: GpuQuotas,
     ) -> bool:
@@ -104,14 +104,11 @@ class PendingJobs:
             job.reason = "waiting for the tasks of its previous attempt to stop"
             return False
         spec = JobSpec.model_validate(job.spec, strict=False)
-        # A Slurm job goes on the agents started in its allocation, once all have joined
-        # (until then it shows Slurm's reason, backend.slurm); other jobs never go there.
-        usable = (
-            unbound
-            if spec.slurm is None
-            else [c for c in capacity if tx.backend.bound_job(c.name) == job.id]
-        )
-        if spec.slurm is not None and len(usable) < allocation_shape(spec).nodes:
+        # Its executor says where it may go: a job with an allocation of its own waits for
+        # all of it, its reason the executor's to give (backend.slurm for Slurm's).
+        executor = tx.executors.for_job(spec)
+        usable = executor.hosts_for(job.id, spec, hosts)
+        if usable is None:
             return False
         # Every training task is pending here; a stopped evaluator stays stopped.
         waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
@@ -119,15 +116,15 @@ class PendingJobs:
             TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
             for t in waiting
         ]
-        # Project quotas hold native jobs only: Slurm applies its own to the project's account.
-        gpus = sum(need.gpus for need in needs) if spec.slurm is None else 0
+        # Project quotas hold the jobs of executors without limits of their own.
+        gpus = sum(need.gpus for need in needs) if executor.counts_gpus else 0
         refused = quotas.refusal(job.project_id, gpus)
         if refused is not None:
             job.reason = refused
             return False  # passed over like a job that does not fit
         # Jobs that do not fit are passed over, so smaller ones behind them can run.
         slots = place(
-            needs, usable, image=spec.image, ranking=ranking if usable is unbound else None
+            needs, usable, image=spec.image, ranking=ranking if usable is hosts.unbound else None
         )
         if isinstance(slots, Unplaceable):
             job.reason = slots.reason
@@ -142,7 +139,7 @@ class PendingJobs:
             task.started_at = task.finished_at = None
             tx.start(slot.host_name, job, task, force=True)
         quotas.take(job.project_id, gpus)
-        hosts = sorted({slot.host_name for slot in slots.values()})
+        names = sorted({slot.host_name for slot in slots.values()})
         if job.restart_count == 0 and job.started_at is None:  # its first placement
             waited = max(0.0, (utcnow() - job.created_at).total_seconds())
             tx.observe(lambda metrics: metrics.placement_seconds.observe(waited))
@@ -150,7 +147,7 @@ class PendingJobs:
             session=tx.session,
             job=job,
             to=JobStatus.scheduled,
-            reason=f"placed on {', '.join(hosts)}",
+            reason=f"placed on {', '.join(names)}",
             flush=False,
         )
         return True

@@ -4,23 +4,11 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from backend.db import utcnow
 from backend.jobs.models import Job, Task
 from backend.jobs.states import TERMINAL_JOB_STATUSES, TaskStatus
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.comparison import start_if_due
 from backend.scheduling.transaction import Transaction
-
-
-def start_if_due(
-    tx: Transaction, view: ClusterView, host: str, job: Job, task: Task, *, force: bool = False
-) -> None:
-    """Start a scheduled attempt once its backoff is over and its predecessor is gone (the
-    earlier attempt holds the port)."""
-    if task.restart_after is not None and task.restart_after > utcnow():
-        return
-    if view.old_attempt_running(job.id, task.name, task.attempt):
-        return
-    tx.start(host, job, task, force=force)
 
 
 class RestartedTasks:
@@ -35,5 +23,5 @@ class RestartedTasks:
             .where(Job.status.not_in(TERMINAL_JOB_STATUSES))
         )
         for task, job in rows:
-            if task.host is not None and tx.backend.reachable(task.host.name):
+            if task.host is not None and tx.agents.reachable(task.host.name):
                 start_if_due(tx, self.view, task.host.name, job, task)

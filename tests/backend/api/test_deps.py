@@ -36,6 +36,18 @@ def test_a_service_the_lifespan_has_not_built_is_named(tmp_path: Path) -> None:
         deps.get_logs(connection(app))
 
 
+def test_the_slurm_getter_names_the_missing_loop_before_the_lifespan(tmp_path: Path) -> None:
+    app = create_app(make_settings("sqlite://", tmp_path))
+    with pytest.raises(RuntimeError, match=r"app.state.slurm should be a SlurmSync, found nothing"):
+        deps.get_slurm(connection(app))
+
+
+async def test_the_slurm_getter_is_none_on_a_server_without_slurm(api: Api) -> None:
+    assert isinstance(api.app, FastAPI)
+    assert api.app.state.slurm is None
+    assert deps.get_slurm(connection(api.app)) is None
+
+
 async def test_each_getter_returns_what_the_lifespan_built(api: Api) -> None:
     app = api.app
     assert isinstance(app, FastAPI)

@@ -215,7 +215,7 @@ async def test_the_view_follows_every_kind_of_change(api: Api) -> None:
     view_of_agents.last_heard["host-a"] -= 30
     async with api.session() as session:
         settings = Settings(heartbeat_seconds=1.0)
-        tx = Transaction(session=session, backend=None)  # type: ignore[arg-type]
+        tx = Transaction(session=session, executors=None)  # type: ignore[arg-type]
         await HeartbeatTimes(
             view=view_of_agents, pace=HeartbeatPace.from_settings(settings)
         ).reconcile(tx)

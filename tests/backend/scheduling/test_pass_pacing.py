@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.scheduling.controller import PASS_GAP_FACTOR, PASS_GAP_SECONDS, Controller
+from backend.scheduling.executors import Executors
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.transaction import Transaction
@@ -31,7 +32,7 @@ async def test_a_pass_starts_no_sooner_than_the_gap_after_the_last(
     controller = Controller(
         settings=settings,
         sessions=None,  # type: ignore[arg-type]  # never opened: the passes are stand-ins
-        backend=NativeAgents(settings=settings, tokens=tokens, hub=AgentHub()),
+        executors=Executors(agents=NativeAgents(settings=settings, tokens=tokens, hub=AgentHub())),
     )
     starts: list[float] = []
 

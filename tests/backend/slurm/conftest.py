@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from backend.app import create_app
 from backend.slurm.models import SlurmJob
-from backend.slurm.reconcile import SlurmBackend
+from backend.slurm.reconcile import SlurmSync
 from tests.conftest import ADMIN_TOKEN, Api, make_settings
 from tests.support.slurm import SlurmCluster, slurm_cluster
 
@@ -32,7 +32,7 @@ class SlurmServer:
     """The app with its Slurm backend on the test cluster; passes are run by the test."""
 
     api: Api
-    backend: SlurmBackend
+    sync: SlurmSync
     cluster: SlurmCluster
     agents_dir: Path  # what each stand-in agent saw, by node: <node>.args and <node>.env
     prefix: str  # of this server's Slurm job names: each test's jobs have their own
@@ -42,7 +42,7 @@ class SlurmServer:
 
     async def passes(self, count: int = 1) -> None:
         for _ in range(count):
-            await self.backend.reconcile_once()
+            await self.sync.reconcile_once()
 
     async def job(self, job_id: int) -> dict[str, Any]:
         answer = await self.api.http.get(f"/jobs/{job_id}")

@@ -1,4 +1,4 @@
-"""The Slurm backend on a real Slurm cluster: submission, Slurm's view in Strata's, cancel."""
+"""Slurm on a real Slurm cluster: submission, Slurm's view in Strata's, cancel."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import time
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from starlette.requests import HTTPConnection
 
+from backend.api import deps
 from backend.jobs.spec import JobSpec
 from backend.slurm.models import Phase
 from backend.slurm.script import sbatch_options
@@ -173,14 +176,14 @@ async def test_a_slurm_job_cancelled_outside_strata_ends_the_job_with_that_reaso
 async def test_a_slurm_job_that_fails_fails_the_job_and_a_restart_submits_anew(
     server: SlurmServer,
 ) -> None:
-    agent = server.backend.settings.slurm_agent_command
-    server.backend.settings.slurm_agent_command = "/bin/false"
+    agent = server.sync.settings.slurm_agent_command
+    server.sync.settings.slurm_agent_command = "/bin/false"
     job_id = await submit(server, PS_JOB)
     job = await wait_for(server, job_id, "failed", lambda j: j["status"] == "failed")
     failed = job["slurm_job_id"]
     assert job["reason"] == f"Slurm job {failed} ended FAILED"
     # Restarted by request: its Slurm job is over, so it is submitted again (once).
-    server.backend.settings.slurm_agent_command = agent
+    server.sync.settings.slurm_agent_command = agent
     assert (await server.api.http.post(f"/jobs/{job_id}/restart")).status_code == 200
     job = await wait_for(
         server, job_id, "running again", lambda j: "running on" in (j["reason"] or "")
@@ -197,11 +200,11 @@ async def test_after_a_crash_the_submitted_job_is_adopted_not_submitted_again(
     # too (submitted here as the server would have), but the record has no id.
     answer = await server.api.http.post("/jobs", json=PS_JOB)
     job_id = answer.json()["id"]
-    await server.backend.submitter.record_new_jobs()
+    await server.sync.submitter.record_new_jobs()
     record = await server.record(job_id)
     assert record.phase is Phase.recorded and record.slurm_job_id is None
     options = sbatch_options(
-        settings=server.backend.settings,
+        settings=server.sync.settings,
         job_id=job_id,
         spec=JobSpec.model_validate(PS_JOB),
         name=record.name,
@@ -227,7 +230,7 @@ async def test_a_slurm_controller_restart_changes_nothing_and_loses_nothing(
     slurm_id, reason = job["slurm_job_id"], job["reason"]
     server.cluster.stop_controller()
     # squeue retries for 9 s before it gives up: the pass gives up first (SlurmUnavailable).
-    server.backend.commands.timeout = 2.0
+    server.sync.commands.timeout = 2.0
     try:
         await server.passes()  # nothing is concluded from Slurm's silence
         job = await server.job(job_id)
@@ -266,3 +269,10 @@ async def test_bad_slurm_input_is_refused_with_slurms_message_or_the_allow_list(
     assert answer.status_code == 422, answer.text
     assert message in answer.text, answer.text
     assert (await server.api.http.get("/jobs")).json()["total"] == 0
+
+
+async def test_routes_reach_the_slurm_loop_the_server_runs(server: SlurmServer) -> None:
+    app = server.api.app
+    assert isinstance(app, FastAPI)
+    at = HTTPConnection({"type": "http", "app": app, "headers": []})
+    assert deps.get_slurm(at) is server.sync

@@ -1,6 +1,6 @@
 """A world for one reconciler at a time: a real database (SQLite and PostgreSQL), a cluster
-view, and the native backend over a fake hub that records what would be sent. No sockets,
-no processes."""
+view, and the executors over native agents on a fake hub that records what would be sent.
+No sockets, no processes."""
 
 from __future__ import annotations
 
@@ -25,15 +25,18 @@ from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus
 from backend.scheduling import new_jobs
 from backend.scheduling.cluster import ClusterView
+from backend.scheduling.executors import Executors
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.native import NativeAgents
+from backend.scheduling.outbox import Outbox
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
-from backend.scheduling.transaction import Outbox, Transaction
+from backend.scheduling.transaction import Transaction
 from backend.schema import upgrade_database
+from backend.slurm.executor import SlurmExecutor
 from tests.conftest import make_settings
 from tests.support.factories import make_host, make_spec
 
@@ -73,8 +76,13 @@ class World:
     settings: Settings
     sessions: async_sessionmaker[AsyncSession]
     hub: FakeHub
-    backend: NativeAgents
+    agents: NativeAgents
     view: ClusterView = field(default_factory=ClusterView)
+
+    @functools.cached_property
+    def executors(self) -> Executors:
+        """As the server has them: Slurm's rules hold with Slurm off too (backend.app)."""
+        return Executors(agents=self.agents, others=[SlurmExecutor()])
 
     @functools.cached_property
     def pace(self) -> HeartbeatPace:
@@ -84,12 +92,12 @@ class World:
         """One reconciler in its own transaction, committed, its notes applied and its
         commands sent (to the fake hub), as the controller does."""
         async with self.sessions() as session:
-            tx = Transaction(session=session, backend=self.backend)
+            tx = Transaction(session=session, executors=self.executors)
             await reconciler.reconcile(tx)
             await session.commit()
         for note in tx.after_commit:
             note()
-        self.backend.send(tx.outbox)
+        self.agents.send(tx.outbox)
         return tx.outbox
 
     async def host(
@@ -165,7 +173,7 @@ async def world(database_url: str, tmp_path: Path) -> AsyncIterator[World]:
             settings=settings,
             sessions=session_factory(engine),
             hub=hub,
-            backend=NativeAgents(settings=settings, tokens=tokens, hub=hub),
+            agents=NativeAgents(settings=settings, tokens=tokens, hub=hub),
         )
     finally:
         await engine.dispose()

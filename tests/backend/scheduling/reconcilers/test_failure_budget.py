@@ -38,7 +38,7 @@ async def restart_job_by_request(world: World, job_id: int) -> Job:
     """The user restarts the job; it is placed again and its tasks start."""
     async with world.sessions() as session:
         await request_job_restart(
-            Transaction(session=session, backend=world.backend), job_id=job_id
+            Transaction(session=session, executors=world.executors), job_id=job_id
         )
         await session.commit()
     world.view.capacity_changed()  # as the controller does: the old attempts freed their GPUs
@@ -51,7 +51,7 @@ async def restart_job_by_request(world: World, job_id: int) -> Job:
 async def restart_task_by_request(world: World, job_id: int, name: str) -> Job:
     """The user restarts one task; its new attempt (and its companions') start."""
     async with world.sessions() as session:
-        tx = Transaction(session=session, backend=world.backend)
+        tx = Transaction(session=session, executors=world.executors)
         await request_task_restart(tx, job_id=job_id, task_name=name)
         await session.commit()
     job = await report_started(world, job_id)
@@ -67,7 +67,7 @@ async def fail(
     assert task.host is not None
     exit = TaskExit(key=task.key, exit_code=exit_code, agent_stopping=agent_stopping)
     async with world.sessions() as session:
-        tx = Transaction(session=session, backend=world.backend)
+        tx = Transaction(session=session, executors=world.executors)
         await apply_exit(tx=tx, host=task.host, exit=exit)
         await session.commit()
     return await world.load(job_id)

@@ -123,11 +123,12 @@ async def test_slurm_jobs_do_not_count_and_projects_without_a_quota_are_not_coun
     await world.run(placing(world))
     assert (await world.load(placed)).status is JobStatus.scheduled
     async with world.sessions() as session:
-        quotas = await GpuQuotas.load(session)
+        quotas = await GpuQuotas.load(session, uncounted=world.executors.uncounted_jobs())
         assert quotas.used == {vision: 2}
         assert list(quotas.limits) == [vision]
         # The same job, had it run on Slurm, is Slurm's to limit (its project's account).
         session.add(SlurmJob(job_id=placed, name="strata-x", marker="m", phase=Phase.recorded))
         await session.commit()
     async with world.sessions() as session:
-        assert (await GpuQuotas.load(session)).used == {}
+        uncounted = world.executors.uncounted_jobs()
+        assert (await GpuQuotas.load(session, uncounted=uncounted)).used == {}

@@ -19,7 +19,7 @@ async def exit_first_task(world: World, job_id: int, exit: TaskExit) -> None:
     task = job.tasks[0]
     assert task.host is not None
     async with world.sessions() as session:
-        tx = Transaction(session=session, backend=world.backend)
+        tx = Transaction(session=session, executors=world.executors)
         await apply_exit(tx=tx, host=task.host, exit=exit)
         await session.commit()
 

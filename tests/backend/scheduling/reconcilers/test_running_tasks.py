@@ -66,9 +66,9 @@ async def test_a_task_gone_with_its_agents_restart_is_restarted_as_infrastructur
 async def test_a_scheduled_task_not_running_yet_is_started(world: World) -> None:
     await world.host("host-a")
     job = await world.placed("mirrored")
-    world.backend.sent([("start", job.tasks[0].key)])  # placement sent it just now
+    world.agents.sent([("start", job.tasks[0].key)])  # placement sent it just now
     assert (await world.run(compare(world, "host-a", []))).messages == []  # not due yet
-    world.backend._sent.clear()  # the resend period has passed
+    world.agents._sent.clear()  # the resend period has passed
     outbox = await world.run(compare(world, "host-a", []))
     assert [(h, type(m)) for h, m in outbox.messages] == [("host-a", StartTask)]
 

@@ -49,7 +49,7 @@ async def test_every_start_written_bumps_the_jobs_version_and_tells_the_board(
 
     async with sessions() as session:  # all but one: the job waits for the last
         await started.mark_started_many(
-            tx=Transaction(session=session, backend=world.backend), starts=starts[:-1]
+            tx=Transaction(session=session, executors=world.executors), starts=starts[:-1]
         )
         await session.commit()
     waiting = await world.load(job.id)
@@ -62,7 +62,7 @@ async def test_every_start_written_bumps_the_jobs_version_and_tells_the_board(
 
     async with sessions() as session:
         await started.mark_started_many(
-            tx=Transaction(session=session, backend=world.backend), starts=starts
+            tx=Transaction(session=session, executors=world.executors), starts=starts
         )  # the others again (an agent's resent reports) change nothing
         await session.commit()
         events = list(
@@ -99,7 +99,7 @@ async def test_a_start_from_a_stale_read_of_its_job_writes_nothing(
     with pytest.raises(StaleDataError):
         async with world.sessions() as session:
             await started.mark_started_many(
-                tx=Transaction(session=session, backend=world.backend), starts=starts
+                tx=Transaction(session=session, executors=world.executors), starts=starts
             )
             await session.commit()
     after = await world.load(job.id)
@@ -118,7 +118,7 @@ async def test_objects_the_session_holds_go_on_from_what_was_written(world: Worl
         )
         assert held is not None
         await started.mark_started_many(
-            tx=Transaction(session=session, backend=world.backend), starts=starts
+            tx=Transaction(session=session, executors=world.executors), starts=starts
         )
         assert held.status is JobStatus.running and held.version == job.version + 1
         assert {t.status for t in held.tasks} == {TaskStatus.running}
