@@ -34,14 +34,19 @@ ui: frontend/dist/index.html
 up: install ui
 	$(BIN)/strata up --demo
 
+# Tests run on this many pytest-xdist workers, each test file whole on one (tests/conftest.py):
+# most tests wait on processes they started, so more workers than cores still pays.
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 ## Lint, type-check and run the whole test suite with branch coverage (STRATA_TEST_STRICT=1 turns skips into failures).
 test: install ui lint
 	cd frontend && npm run check
-	$(BIN)/pytest -q --cov --cov-report=term:skip-covered --durations=30
+	$(BIN)/pytest -q $(PARALLEL) --cov --cov-report=term:skip-covered --durations=10
 
-## The inner loop, under 3 minutes: lint, type-check and the tests without TensorFlow, a browser, Docker or PostgreSQL.
+## The inner loop, under 2 minutes: lint, type-check and the tests without TensorFlow, a browser, Docker or PostgreSQL.
 check: lint
-	$(BIN)/pytest -q -m "not e2e and not slow and not postgres"
+	$(BIN)/pytest -q $(PARALLEL) -m "not e2e and not slow and not postgres"
 
 ## Run every benchmark (QUICK=1 for the short versions), draw the plots, render docs/benchmarks.md.
 bench: install

@@ -34,6 +34,41 @@ def pytest_runtest_makereport(
         report.longrepr = f"skipped under STRATA_TEST_STRICT=1: {report.longrepr}"
 
 
+# Files whose tests start a Docker engine of their own: two engines on one machine contend for
+# the default bridge and its iptables rules, so these files run one after the other.
+DOCKER_FILES = frozenset({"tests/e2e/test_compose.py", "tests/e2e/test_environments.py"})
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _weight(item: pytest.Item) -> int:
+    """How early an item's file is handed out: the longest kinds first, so that no worker
+    starts a long file when the others are nearly done."""
+    if _file(item) in DOCKER_FILES:
+        return 0
+    for rank, marker in enumerate(("e2e", "slow", "postgres"), start=1):
+        if item.get_closest_marker(marker) is not None:
+            return rank
+    return 4
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For pytest-xdist's `--dist loadgroup` (make test): each file runs whole on one worker, so
+    a module's fixtures (a cluster, a Slurm, an image) are made once; the Docker files share a
+    worker; heavy files come first. The order is the same in every worker, as xdist requires."""
+    by_file: dict[str, int] = {}
+    for item in items:
+        file = _file(item)
+        by_file[file] = min(by_file.get(file, 4), _weight(item))
+        group = "docker" if file in DOCKER_FILES else file
+        item.add_marker(pytest.mark.xdist_group(group))
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (by_file[_file(item)], order[id(item)]))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def agent_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Agents started without --state-dir keep their identity under this session's temp dir

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 from typer.testing import CliRunner
 
 from agents.protocol import Welcome
@@ -113,7 +114,10 @@ def test_strata_hosts_shows_a_short_engine_column(monkeypatch: pytest.MonkeyPatc
         yield FakeClient()
 
     monkeypatch.setattr(cli_client, "connect", connect)
-    result = CliRunner().invoke(app, ["hosts"], env={"COLUMNS": "200"})
+    # A console of a known width: the module's own took its width from the environment of the
+    # process that imported it, which a test runner's worker may have set.
+    monkeypatch.setattr(cli_client, "console", Console(width=200))
+    result = CliRunner().invoke(app, ["hosts"])
     assert result.exit_code == 0, result.output
     rows = {line.split()[1]: line for line in result.output.splitlines() if "-box" in line}
     assert "ENGINE" in result.output
