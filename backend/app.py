@@ -41,6 +41,7 @@ from backend.hosts.board import ClusterBoard
 from backend.hosts.changes import BOARD
 from backend.hosts.usage import UsageBoard
 from backend.jobs.intake import JobIntake
+from backend.migrate import upgrade_database
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
 from backend.scheduling.agent_reports import AgentReports
@@ -48,7 +49,6 @@ from backend.scheduling.controller import Controller
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.runtime_links import RuntimeLinks
-from backend.schema import upgrade_database
 from backend.shutdown import close_within, stop_services
 from backend.slurm.reconcile import SlurmBackend
 from backend.streams.broker import Broker, job_topic

@@ -27,7 +27,7 @@ from backend.api.deps import (
     SettingsDep,
     websocket_principal,
 )
-from backend.api.frames import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
+from backend.api.frame_limits import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.checkpoints.service import record_reported_checkpoint
 from backend.config import Settings

@@ -20,7 +20,7 @@ from backend.checkpoints.schemas import checkpoint_read
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import CHECKPOINTABLE, SAVES_TOGETHER, is_training
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Checkpoint, Job, Task
 from backend.sizes import human_size

@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
 from agents.tls import CA_FILE_ENV, client_ssl
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 DRAIN_SECONDS = 2.0  # after the job ends, lines of stopping tasks may still come

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from backend.audit.service import ACTOR
 from backend.db import utcnow
 from backend.errors import Conflict
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.states import JobStatus, can_transition
 from backend.streams.events import publish_after_commit

@@ -124,7 +124,7 @@ class JobEvent(Base):
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    kind: Mapped[str] = mapped_column(String(32))  # an EventKind (backend/jobs/events.py)
+    kind: Mapped[str] = mapped_column(String(32))  # an EventKind (backend/jobs/event_kinds.py)
     task: Mapped[str | None] = mapped_column(String(32))  # "worker:1" when about one task
     from_status: Mapped[str | None] = mapped_column(String(16))
     to_status: Mapped[str | None] = mapped_column(String(16))

@@ -33,7 +33,7 @@ from backend.errors import NotFound
 from backend.hosts.changes import note_job_names
 from backend.hosts.models import Host
 from backend.jobs.actions import job_actions
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_events
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead

@@ -16,7 +16,7 @@ from agents.vocabulary import Role, format_task_name
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import EVALUATOR_STARTABLE, PLACED, evaluator_active
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec

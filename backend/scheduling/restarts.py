@@ -22,7 +22,7 @@ from agents.vocabulary import Role
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import RESTARTABLE, TASK_RESTARTABLE
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec

@@ -28,7 +28,7 @@ from agents.vocabulary import Role, format_task_name
 from backend import security
 from backend.db import in_pages, utcnow
 from backend.hosts.changes import TaskRow, note_tasks
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_events
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus

@@ -20,7 +20,7 @@ from backend import security
 from backend.db import utcnow
 from backend.errors import NotFound
 from backend.hosts.models import Host
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import record_event, transition_job
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import ACTIVE_JOB_STATUSES, LIVE_TASK_STATUSES, JobStatus, TaskStatus

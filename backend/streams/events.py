@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.models import JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
 from backend.streams.frames import CheckpointFrame, EventFrame, StreamEvent

@@ -12,7 +12,7 @@ from backend.db import create_engine, session_factory
 from backend.jobs import service
 from backend.jobs.models import JobEvent
 from backend.jobs.spec import JobSpec
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from tests.conftest import make_settings
 from tests.support.factories import make_spec
 

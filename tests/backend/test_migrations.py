@@ -12,8 +12,8 @@ from sqlalchemy.engine import Connection
 
 from backend.config import async_database_url
 from backend.db import create_engine
+from backend.migrate import downgrade_database, upgrade_database
 from backend.models import Base
-from backend.schema import downgrade_database, upgrade_database
 
 
 def _diff(connection: Connection) -> list[Any]:

@@ -20,7 +20,7 @@ from backend.jobs.models import Job
 from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JobStatus
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from backend.streams.broker import Broker
 from backend.streams.events import BROKER, PublishingSession
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN

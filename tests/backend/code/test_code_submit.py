@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.client import ClientError, StrataClient
 from backend.code.archive import Bundle
 from backend.code.submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
+from backend.rest_client import ClientError, StrataClient
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
 from tests.support.processes import STRATA, strata_server

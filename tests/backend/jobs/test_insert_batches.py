@@ -11,11 +11,11 @@ from sqlalchemy import event, select
 
 from backend.db import create_engine, session_factory
 from backend.jobs import service
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import record_event
 from backend.jobs.models import JobEvent, Task
 from backend.jobs.spec import JobSpec
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from tests.conftest import make_settings
 from tests.support.factories import make_spec
 

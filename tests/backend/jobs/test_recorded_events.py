@@ -10,7 +10,7 @@ from backend.audit.service import name_actor
 from backend.auth import Principal, TokenKind
 from backend.db import session_factory
 from backend.jobs import service
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_event, record_events
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import JobSpec

@@ -25,6 +25,7 @@ from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus
+from backend.migrate import upgrade_database
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.native import NativeAgents
@@ -33,7 +34,6 @@ from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
 from backend.scheduling.transaction import Outbox, Transaction
-from backend.schema import upgrade_database
 from tests.conftest import make_settings
 from tests.support.factories import make_host, make_spec
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from backend.db import session_factory
 from backend.hosts.changes import BOARD, ClusterChanges
 from backend.hosts.models import Host
-from backend.jobs.events import EventKind
+from backend.jobs.event_kinds import EventKind
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling import started
