@@ -40,7 +40,6 @@ from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.json_rows import JsonRows
-from backend.teams import service as teams_service
 
 WAITING = "waiting to be placed"  # a new job's reason
 
@@ -54,23 +53,6 @@ class NewJob:
     project_id: int
     submitted_by: str | None = None
     actor: str | None = None
-
-
-async def create_job(
-    *,
-    session: AsyncSession,
-    spec: JobSpec,
-    project_id: int | None = None,
-    submitted_by: str | None = None,
-) -> Job:
-    """Store a validated job as pending, with one pending task per replica, in the given
-    project (`default` when none is given); the job with its tasks loaded."""
-    if project_id is None:
-        project_id = (await teams_service.default_project(session=session)).id
-    [read] = await insert_jobs(
-        session=session, jobs=[NewJob(spec=spec, project_id=project_id, submitted_by=submitted_by)]
-    )
-    return await session.get_one(Job, read.id, options=[selectinload(Job.tasks)])
 
 
 async def insert_jobs(*, session: AsyncSession, jobs: Sequence[NewJob]) -> list[JobRead]:

@@ -46,7 +46,7 @@ from backend.jobs import service
 from backend.jobs.spec import validate_spec
 from backend.streams.models import MetricPoint
 from tests.conftest import ADMIN_TOKEN, Api, make_settings
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 pytestmark = pytest.mark.slow  # hundreds of generated requests per operation
 
@@ -69,7 +69,7 @@ async def _seed(app: Any) -> list[int]:
             await make_host(session, "host-b", gpus=2)
             ids = []
             for base in ("parameter_server", "multi_worker_mirrored", "mirrored"):
-                job = await service.create_job(session=session, spec=validate_spec(make_spec(base)))
+                job = await create_job(session=session, spec=validate_spec(make_spec(base)))
                 ids.append(job.id)
             await session.flush()
             job = await service.get_job(session=session, job_id=ids[0])

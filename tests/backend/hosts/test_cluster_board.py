@@ -21,7 +21,6 @@ from backend.hosts.models import Host
 from backend.hosts.schemas import ClusterRead, ClusterTotals, DeviceUsage, HostUsage, TaskRef
 from backend.hosts.usage import UsageBoard
 from backend.jobs.models import Job, Task
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import LIVE_TASK_STATUSES, HostStatus, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
@@ -30,7 +29,7 @@ from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 
 async def _read_afresh(api: Api) -> ClusterRead:

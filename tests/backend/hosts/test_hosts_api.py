@@ -9,12 +9,11 @@ from sqlalchemy.orm.exc import StaleDataError
 from backend.hosts.models import Host
 from backend.hosts.names import NameClash
 from backend.jobs.models import Job, Task
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import HostStatus, JobStatus, TaskStatus
 from backend.scheduling.hub import AgentConnection, AgentHub
 from tests.conftest import Api
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 
 async def test_hosts_lists_devices_and_heartbeat_age(api: Api) -> None:

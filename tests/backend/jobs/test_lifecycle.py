@@ -9,11 +9,10 @@ from sqlalchemy import select
 
 from backend.jobs.lifecycle import IllegalTransition, transition_job
 from backend.jobs.models import Job, JobEvent
-from backend.jobs.service import create_job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JOB_TRANSITIONS, JobStatus, can_transition
 from tests.conftest import Api
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 S = JobStatus
 

@@ -9,7 +9,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from backend.audit.service import name_actor
 from backend.auth import Principal, TokenKind
 from backend.db import session_factory
-from backend.jobs import service
 from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_event, record_events
 from backend.jobs.models import Job, JobEvent
@@ -17,7 +16,7 @@ from backend.jobs.spec import JobSpec
 from backend.streams.broker import Broker, Subscription, job_topic
 from backend.streams.events import BROKER, PublishingSession
 from backend.streams.frames import EventFrame
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 ADA = Principal(kind=TokenKind.user, user_name="ada")
 
@@ -42,7 +41,7 @@ async def publishing_job(
     broker = Broker()
     sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
     async with sessions() as session:
-        job = await service.create_job(
+        job = await create_job(
             session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
         )
         await session.commit()

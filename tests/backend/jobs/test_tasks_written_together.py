@@ -15,14 +15,13 @@ from sqlalchemy.orm.exc import StaleDataError
 from backend.db import session_factory
 from backend.hosts.changes import BOARD, ClusterChanges, TaskRow
 from backend.hosts.models import Host
-from backend.jobs import service
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.streams.events import PublishingSession
 from tests.backend.conftest import count_updates
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 STARTED = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
 
@@ -31,7 +30,7 @@ async def stored(engine: AsyncEngine, jobs: int) -> tuple[list[int], int]:
     """Parameter-server jobs (four tasks each) and a host to place them on."""
     async with session_factory(engine)() as session:
         spec = JobSpec.model_validate(make_spec("parameter_server"))
-        ids = [(await service.create_job(session=session, spec=spec)).id for _ in range(jobs)]
+        ids = [(await create_job(session=session, spec=spec)).id for _ in range(jobs)]
         host = await make_host(session, "host-a", gpus=8)
         await session.commit()
         return ids, host.id

@@ -20,7 +20,6 @@ from backend.auth import TokenKind, TokenRegistry
 from backend.config import Settings
 from backend.db import create_engine, session_factory
 from backend.hosts.models import Host
-from backend.jobs import service
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
@@ -35,7 +34,7 @@ from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
 from backend.scheduling.transaction import Outbox, Transaction
 from tests.conftest import make_settings
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 
 class FakeHub(AgentHub):
@@ -104,7 +103,7 @@ class World:
     async def job(self, base: str = "mirrored", /, **overrides: object) -> int:
         spec = JobSpec.model_validate(make_spec(base, **overrides))
         async with self.sessions() as session:
-            job = await service.create_job(session=session, spec=spec)
+            job = await create_job(session=session, spec=spec)
             await session.commit()
             return job.id
 
