@@ -37,7 +37,7 @@ from backend.jobs.event_kinds import EventKind
 from backend.jobs.lifecycle import StoredEvent, record_events
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
-from backend.jobs.spec import ROLES, JobSpec
+from backend.jobs.spec import ROLES, JobSpec, stored_spec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.json_rows import JsonRows
 
@@ -392,7 +392,7 @@ def job_read(job: Job) -> JobRead:
 def _job_read(job: Job | SimpleNamespace, tasks: list[TaskRead]) -> JobRead:
     """A job's view, from a Job, a page's values or the values just inserted, with its
     tasks' views."""
-    spec = JobSpec.model_validate(job.spec, strict=False)
+    spec = stored_spec(job.spec)
     return JobRead(
         id=job.id,
         name=job.name,

@@ -12,7 +12,6 @@ from sqlalchemy.orm import selectinload
 from backend.db import utcnow
 from backend.jobs.lifecycle import transition_job
 from backend.jobs.models import Job, Task
-from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.jobs.tfconfig import cluster_spec, tf_config
 from backend.scheduling.cluster import ClusterView
@@ -103,7 +102,7 @@ class PendingJobs:
         if any(self.view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
             job.reason = "waiting for the tasks of its previous attempt to stop"
             return False
-        spec = JobSpec.model_validate(job.spec, strict=False)
+        spec = job.job_spec
         # A Slurm job goes on the agents started in its allocation, once all have joined
         # (until then it shows Slurm's reason, backend.slurm); other jobs never go there.
         usable = (
@@ -115,10 +114,7 @@ class PendingJobs:
             return False
         # Every training task is pending here; a stopped evaluator stays stopped.
         waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
-        needs = [
-            TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
-            for t in waiting
-        ]
+        needs = [TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus) for t in waiting]
         # Project quotas hold native jobs only: Slurm applies its own to the project's account.
         gpus = sum(need.gpus for need in needs) if spec.slurm is None else 0
         refused = quotas.refusal(job.project_id, gpus)
