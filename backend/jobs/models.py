@@ -41,7 +41,11 @@ class RoleColumn(TypeDecorator[Role]):
         return None if value is None else Role(value).value
 
     def process_result_value(self, value: str | None, dialect: Dialect) -> Role | None:
-        return None if value is None else Role(value)
+        # A lookup rather than Role(value): every task row a pass reads comes through here.
+        return None if value is None else _ROLES.get(value) or Role(value)
+
+
+_ROLES = {role.value: role for role in Role}
 
 
 # Where a Job keeps its validated spec: an instance attribute SQLAlchemy does not map.
