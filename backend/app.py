@@ -40,6 +40,7 @@ from backend.config import Settings
 from backend.db import PublishingSession, create_engine, session_factory
 from backend.errors import install_error_handlers
 from backend.jobs.cluster_changes import BOARD
+from backend.migrate import upgrade_database
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
 from backend.scheduling.agent_reports import AgentReports
@@ -49,7 +50,6 @@ from backend.scheduling.hub import AgentHub
 from backend.scheduling.intake import JobIntake
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.runtime_links import RuntimeLinks
-from backend.schema import upgrade_database
 from backend.shutdown import close_within, stop_services
 from backend.slurm.executor import SlurmExecutor
 from backend.slurm.reconcile import SlurmSync

@@ -32,7 +32,7 @@ from backend.api.deps import (
     UsageDep,
     websocket_principal,
 )
-from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
+from backend.api.frame_limits import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.cluster.usage import UsageBoard
 from backend.config import Settings

@@ -95,8 +95,8 @@ async def get_code(
     """The bundle's bytes (a tar), for agents; a job's own agents (Slurm) get its bundle only."""
     if caller.kind is TokenKind.job_agent:
         job = await session.get(Job, caller.job_id) if caller.job_id is not None else None
-        code = (job.spec or {}).get("code") if job is not None else None
-        if not isinstance(code, dict) or code.get("sha256") != sha256:
+        code = job.job_spec.code if job is not None else None
+        if code is None or code.sha256 != sha256:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
                 f"a job agent token fetches only its own job's code bundle, not {sha256}",

@@ -28,7 +28,7 @@ from backend.api.deps import (
     job_scope,
     websocket_principal,
 )
-from backend.api.frames import POLICY_VIOLATION, FrameLimits, Inbound, close
+from backend.api.frame_limits import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import Principal, TokenKind
 from backend.config import Settings
 from backend.db import to_the_end

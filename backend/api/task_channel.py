@@ -27,12 +27,11 @@ from backend.api.deps import (
     SettingsDep,
     websocket_principal,
 )
-from backend.api.frames import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
+from backend.api.frame_limits import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.checkpoints.service import record_reported_checkpoint
 from backend.config import Settings
 from backend.jobs import queries as jobs
-from backend.jobs.spec import JobSpec
 from backend.scheduling.launch import checkpoint_dir
 from backend.scheduling.runtime_links import CommandOutcome, RuntimeLink
 
@@ -88,7 +87,7 @@ async def task_channel(
             cause="unknown_attempt",
         )
         return
-    spec = JobSpec.model_validate(task.job.spec, strict=False)
+    spec = task.job.job_spec
     directory = checkpoint_dir(spec, job_id, settings.checkpoints)
 
     link = RuntimeLink(job_id, hello.task, hello.attempt, websocket.send_text)

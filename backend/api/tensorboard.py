@@ -27,7 +27,7 @@ from backend.auth import Principal, TokenKind
 from backend.config import Settings
 from backend.errors import DomainError, FieldIssue, InvalidInput, NotFound
 from backend.jobs.models import Job
-from backend.jobs.spec import JobSpec
+from backend.jobs.spec import stored_spec
 from backend.scheduling.launch import checkpoint_dir
 from backend.teams.access import ProjectRole
 from backend.tensorboard.processes import BoardSpec, TensorBoards
@@ -89,7 +89,7 @@ async def _logdir(
         ).scalar_one_or_none()
     if spec is None:
         raise NotFound(f"job {job_id} does not exist")
-    return checkpoint_dir(JobSpec.model_validate(spec, strict=False), job_id, root) / EVENTS_SUBDIR
+    return checkpoint_dir(stored_spec(spec), job_id, root) / EVENTS_SUBDIR
 
 
 async def _serve(request: Request, spec_for: BoardSpec, path: str, moved: str | None) -> Response:

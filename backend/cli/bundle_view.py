@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from backend.client import ClientError, StrataClient
 from backend.code.schemas import BundleMember, CodeManifest
+from backend.rest_client import ClientError, StrataClient
 from backend.sizes import human_size
 
 SHOWN = 20  # members listed by default; the rest are counted

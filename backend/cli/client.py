@@ -18,9 +18,9 @@ from backend.cli import bundle_view, job_end
 from backend.cli.bundle_view import describe_bundle
 from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
 from backend.cli.follow import follow
-from backend.client import ClientError, ServerUnreachable, StrataClient
 from backend.code.archive import Bundle
 from backend.jobs.spec import JobSpec
+from backend.rest_client import ClientError, ServerUnreachable, StrataClient
 from backend.sizes import human_size
 
 console = Console()

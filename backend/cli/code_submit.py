@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from backend.client import StrataClient
 from backend.code.archive import Bundle, pack
+from backend.rest_client import StrataClient
 
 
 class CodeTooLarge(Exception):

@@ -6,9 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from backend.client import ClientError, ServerUnreachable, StrataClient
 from backend.jobs.schemas import JobRead
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.rest_client import ClientError, ServerUnreachable, StrataClient
 
 # Exit codes of `strata submit --follow` and `strata jobs logs -f`.
 EXIT_SUCCEEDED = 0

@@ -22,7 +22,7 @@ from backend.cli.local import LocalCluster
 from backend.cli.server_logging import server_log_config
 from backend.config import Settings
 from backend.db import create_engine
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from backend.teams.bootstrap import first_user, user_name_for
 from backend.tokens import service as tokens_service
 

@@ -16,15 +16,40 @@ from sqlalchemy import (
     UniqueConstraint,
     event,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Mapped, Session, mapped_column, orm_insert_sentinel, relationship
+from sqlalchemy.types import TypeDecorator
 
 from agents.protocol import TaskKey
-from agents.vocabulary import format_task_name
+from agents.vocabulary import Role, format_task_name
 from backend.db import Base, UTCDateTime, utcnow
+from backend.jobs.spec import JobSpec, stored_spec
 from backend.jobs.states import JobStatus, TaskStatus
 
 if TYPE_CHECKING:
     from backend.hosts.models import Host
+
+
+class RoleColumn(TypeDecorator[Role]):
+    """A task's role: stored as its plain string (a VARCHAR, as the schema has it), read as
+    the Role; a string that names no role is refused before it is written."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: Role | str | None, dialect: Dialect) -> str | None:
+        return None if value is None else Role(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> Role | None:
+        # A lookup rather than Role(value): every task row a pass reads comes through here.
+        return None if value is None else _ROLES.get(value) or Role(value)
+
+
+_ROLES = {role.value: role for role in Role}
+
+
+# Where a Job keeps its validated spec: an instance attribute SQLAlchemy does not map.
+_JOB_SPEC = "_strata_job_spec"
 
 
 class Job(Base):
@@ -68,6 +93,18 @@ class Job(Base):
         back_populates="job", cascade="all, delete-orphan", order_by="JobEvent.id"
     )
 
+    @property
+    def job_spec(self) -> JobSpec:
+        """The spec as the model, validated once per loaded value: `spec` holds its JSON
+        (stored as it always was), and every reader of a job's spec reads it here."""
+        stored = self.spec
+        # Kept beside the document it came from: a reloaded or reassigned `spec` is read anew.
+        cached: tuple[dict[str, Any], JobSpec] | None = self.__dict__.get(_JOB_SPEC)
+        if cached is None or cached[0] is not stored:
+            cached = (stored, stored_spec(stored))
+            self.__dict__[_JOB_SPEC] = cached
+        return cached[1]
+
 
 class Task(Base):
     """One process of a job: a role and an index, on a host and port once placed."""
@@ -77,7 +114,7 @@ class Task(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
-    role: Mapped[str] = mapped_column(String(16))
+    role: Mapped[Role] = mapped_column(RoleColumn)
     index: Mapped[int] = mapped_column(Integer)
     status: Mapped[TaskStatus] = mapped_column(
         Enum(TaskStatus, native_enum=False, length=16, validate_strings=True), index=True

@@ -31,7 +31,7 @@ from backend.hosts.models import Host
 from backend.jobs.actions import job_actions
 from backend.jobs.models import Job, JobEvent, Task
 from backend.jobs.schemas import JobRead, TaskRead
-from backend.jobs.spec import JobSpec
+from backend.jobs.spec import stored_spec
 from backend.jobs.states import JobStatus
 from backend.json_rows import JsonRows
 
@@ -280,7 +280,7 @@ def job_read(job: Job) -> JobRead:
 def job_view(job: Job | SimpleNamespace, tasks: list[TaskRead]) -> JobRead:
     """A job's view, from a Job, a page's values or the values just inserted, with its
     tasks' views."""
-    spec = JobSpec.model_validate(job.spec, strict=False)
+    spec = stored_spec(job.spec)
     return JobRead(
         id=job.id,
         name=job.name,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -417,6 +417,12 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
             )
         )
     return issues
+
+
+def stored_spec(document: Mapping[str, Any]) -> JobSpec:
+    """A stored spec (the JSON of `jobs.spec`) as the model. The rules were applied when it
+    was submitted (`validate_spec`); reading it back is lax about types, as JSON is."""
+    return JobSpec.model_validate(document, strict=False)
 
 
 def validate_spec(data: object) -> JobSpec:

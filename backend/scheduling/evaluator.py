@@ -18,7 +18,6 @@ from backend.errors import Conflict, NotFound
 from backend.jobs.actions import EVALUATOR_STARTABLE, PLACED, evaluator_active
 from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, Task
-from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, TaskStatus
 from backend.jobs.tfconfig import tf_config
 from backend.scheduling.placement import TaskNeed, Unplaceable, place
@@ -46,7 +45,7 @@ async def _start(tx: Transaction, job: Job, evaluator: Task | None) -> None:
     session = tx.session
     if job.status not in EVALUATOR_STARTABLE:
         raise Conflict(f"job {job.id} is {job.status.value}; it has nothing left to evaluate")
-    spec = JobSpec.model_validate(job.spec, strict=False)
+    spec = job.job_spec
     if not spec.checkpoint.saves:
         raise Conflict(
             f"job {job.id} writes no checkpoints (checkpoint.every_epochs and every_seconds "

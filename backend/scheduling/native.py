@@ -19,7 +19,6 @@ from backend.config import Settings
 from backend.hosts.models import Device, Host
 from backend.hosts.states import HostStatus
 from backend.jobs.models import Job, Task
-from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.launch import JobLaunch
@@ -102,7 +101,7 @@ class NativeAgents:
         ):
             return cached[3]
         launch = JobLaunch.of(
-            spec=JobSpec.model_validate(job.spec, strict=False),
+            spec=job.job_spec,
             job_id=job.id,
             task_token=self.tokens.task_token(job.id),
             checkpoint_root=checkpoints,

@@ -9,7 +9,6 @@ from typing import cast
 
 from sqlalchemy import Table, insert
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
 
 from agents.vocabulary import format_task_name
 from backend.db import utcnow
@@ -21,7 +20,6 @@ from backend.jobs.schemas import JobRead, TaskRead
 from backend.jobs.spec import ROLES, JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.lifecycle import StoredEvent, record_events
-from backend.teams import service as teams_service
 
 WAITING = "waiting to be placed"  # a new job's reason
 
@@ -35,23 +33,6 @@ class NewJob:
     project_id: int
     submitted_by: str | None = None
     actor: str | None = None
-
-
-async def create_job(
-    *,
-    session: AsyncSession,
-    spec: JobSpec,
-    project_id: int | None = None,
-    submitted_by: str | None = None,
-) -> Job:
-    """Store a validated job as pending, with one pending task per replica, in the given
-    project (`default` when none is given); the job with its tasks loaded."""
-    if project_id is None:
-        project_id = (await teams_service.default_project(session=session)).id
-    [read] = await insert_jobs(
-        session=session, jobs=[NewJob(spec=spec, project_id=project_id, submitted_by=submitted_by)]
-    )
-    return await session.get_one(Job, read.id, options=[selectinload(Job.tasks)])
 
 
 async def insert_jobs(*, session: AsyncSession, jobs: Sequence[NewJob]) -> list[JobRead]:

@@ -24,7 +24,6 @@ from backend.errors import Conflict, NotFound
 from backend.jobs.actions import RESTARTABLE, TASK_RESTARTABLE
 from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, Task
-from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.restart_rules import backoff_seconds, plan_restart, retryable
@@ -50,7 +49,7 @@ async def after_failure(
 ) -> Decision:
     """Restart what the role rules say if the spec's policy allows it and restarts remain."""
     session = tx.session
-    spec = JobSpec.model_validate(job.spec, strict=False)
+    spec = job.job_spec
     policy = spec.restart
     if not retryable(
         policy=policy.policy,
@@ -150,7 +149,7 @@ async def replace_job(
 
 async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision:
     """A lost host's tasks cannot keep their addresses: re-place the job if policy allows."""
-    policy = JobSpec.model_validate(job.spec, strict=False).restart
+    policy = job.job_spec.restart
     if not retryable(policy=policy.policy, exit_code=None, error=None, host_lost=True):
         return Decision(False, reason)
     if job.failure_count >= policy.max_restarts:

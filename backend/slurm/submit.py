@@ -20,7 +20,6 @@ from backend.auth import TokenRegistry
 from backend.config import Settings
 from backend.db import utcnow
 from backend.jobs.models import Job
-from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus
 from backend.slurm.commands import QueuedJob, SlurmCommands, SlurmError, SlurmUnavailable
 from backend.slurm.job_changes import Apply, end_for_slurm, note_waiting
@@ -134,7 +133,7 @@ class Submitter:
             record.phase, record.ended_at = Phase.ended, utcnow()
             await session.commit()
             return
-        spec = JobSpec.model_validate(job.spec, strict=False)
+        spec = job.job_spec
         try:
             options = sbatch_options(
                 settings=self.settings,

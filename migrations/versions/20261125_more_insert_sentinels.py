@@ -17,7 +17,7 @@ down_revision: str | None = "3e9c5a7d2b18"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# As in 3e9c5a7d2b18: submissions written together (backend.jobs.intake) insert many jobs
+# As in 3e9c5a7d2b18: submissions written together (backend.scheduling.intake) insert many jobs
 # and their audit entries at once.
 TABLES = ("jobs", "audit_entries")
 

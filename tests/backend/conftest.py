@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.app import create_app
 from backend.db import create_engine
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from tests.conftest import make_settings
 
 

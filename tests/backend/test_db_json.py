@@ -11,10 +11,9 @@ from sqlalchemy import select
 from backend.db import create_engine, session_factory
 from backend.jobs.models import JobEvent
 from backend.jobs.spec import JobSpec
-from backend.scheduling import new_jobs
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from tests.conftest import make_settings
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 AWKWARD: dict[str, Any] = {
     "text": 'naïve — 日本語 "quoted" \\ back\nslash',
@@ -32,7 +31,7 @@ async def test_json_columns_read_back_what_was_written(database_url: str, tmp_pa
     await upgrade_database(engine)
     try:
         async with session_factory(engine)() as session:
-            job = await new_jobs.create_job(
+            job = await create_job(
                 session=session, spec=JobSpec.model_validate(make_spec("mirrored"))
             )
             session.add(JobEvent(job_id=job.id, kind="note", message="json", data=AWKWARD))

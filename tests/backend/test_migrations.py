@@ -5,15 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.config import async_database_url
 from backend.db import create_engine
+from backend.migrate import alembic_config, upgrade_database
 from backend.models import Base
-from backend.schema import downgrade_database, upgrade_database
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+async def downgrade_database(engine: AsyncEngine, revision: str) -> None:
+    """Down to `revision`: only these tests go down; the server only upgrades."""
+    async with engine.begin() as connection:
+        await connection.run_sync(_downgrade, revision)
 
 
 def _diff(connection: Connection) -> list[Any]:

@@ -6,10 +6,15 @@ import copy
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
 
 from agents.runtime_environment import EngineInfo
 from backend.cluster.service import DeviceInfo, register_host
 from backend.hosts.models import Host
+from backend.jobs.models import Job
+from backend.jobs.spec import JobSpec
+from backend.scheduling.new_jobs import NewJob, insert_jobs
+from backend.teams.service import default_project
 
 BASE_SPECS: dict[str, dict[str, Any]] = {
     "parameter_server": {
@@ -60,3 +65,21 @@ async def make_host(
         identity=identity,
         engine=engine,
     )
+
+
+async def create_job(
+    *,
+    session: AsyncSession,
+    spec: JobSpec,
+    project_id: int | None = None,
+    submitted_by: str | None = None,
+) -> Job:
+    """Store a validated job as pending, as a submission does (insert_jobs, without the
+    intake's batching), in the given project (`default` when none is given); the job with
+    its tasks loaded."""
+    if project_id is None:
+        project_id = (await default_project(session=session)).id
+    [read] = await insert_jobs(
+        session=session, jobs=[NewJob(spec=spec, project_id=project_id, submitted_by=submitted_by)]
+    )
+    return await session.get_one(Job, read.id, options=[selectinload(Job.tasks)])

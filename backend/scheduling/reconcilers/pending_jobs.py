@@ -11,7 +11,6 @@ from sqlalchemy.orm import selectinload
 
 from backend.db import utcnow
 from backend.jobs.models import Job, Task
-from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.jobs.tfconfig import cluster_spec, tf_config
 from backend.scheduling.cluster import ClusterView
@@ -103,7 +102,7 @@ class PendingJobs:
         if any(self.view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
             job.reason = "waiting for the tasks of its previous attempt to stop"
             return False
-        spec = JobSpec.model_validate(job.spec, strict=False)
+        spec = job.job_spec
         # Its executor says where it may go: a job with an allocation of its own waits for
         # all of it, its reason the executor's to give (backend.slurm for Slurm's).
         executor = tx.executors.for_job(spec)
@@ -112,10 +111,7 @@ class PendingJobs:
             return False
         # Every training task is pending here; a stopped evaluator stays stopped.
         waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
-        needs = [
-            TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)  # type: ignore[arg-type]
-            for t in waiting
-        ]
+        needs = [TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus) for t in waiting]
         # Project quotas hold the jobs of executors without limits of their own.
         gpus = sum(need.gpus for need in needs) if executor.counts_gpus else 0
         refused = quotas.refusal(job.project_id, gpus)

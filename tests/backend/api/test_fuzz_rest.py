@@ -44,10 +44,9 @@ from backend.app import create_app
 from backend.checkpoints.service import record_checkpoint
 from backend.jobs import queries
 from backend.jobs.spec import validate_spec
-from backend.scheduling import new_jobs
 from backend.streams.models import MetricPoint
 from tests.conftest import ADMIN_TOKEN, Api, make_settings
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 pytestmark = pytest.mark.slow  # hundreds of generated requests per operation
 
@@ -70,9 +69,7 @@ async def _seed(app: Any) -> list[int]:
             await make_host(session, "host-b", gpus=2)
             ids = []
             for base in ("parameter_server", "multi_worker_mirrored", "mirrored"):
-                job = await new_jobs.create_job(
-                    session=session, spec=validate_spec(make_spec(base))
-                )
+                job = await create_job(session=session, spec=validate_spec(make_spec(base)))
                 ids.append(job.id)
             await session.flush()
             job = await queries.get_job(session=session, job_id=ids[0])

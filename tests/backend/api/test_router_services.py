@@ -13,18 +13,17 @@ from backend.db import ping
 from backend.errors import NotFound
 from backend.jobs import queries as jobs
 from backend.jobs.spec import validate_spec
-from backend.scheduling import new_jobs
 from backend.streams.models import MetricPoint
 from backend.streams.series import metric_series
 from tests.conftest import Api
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 DIRECTORY = Path("/checkpoints/job-1")  # only named in the rows' paths
 
 
 async def submitted(api: Api) -> int:
     async with api.session() as session:
-        job = await new_jobs.create_job(session=session, spec=validate_spec(make_spec()))
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
         await session.commit()
         return job.id
 

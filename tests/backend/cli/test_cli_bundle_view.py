@@ -11,8 +11,8 @@ import pytest
 
 from backend.cli.bundle_view import bundle_lines, describe_bundle
 from backend.cli.code_submit import upload, with_bundle
-from backend.client import ClientError, StrataClient
 from backend.code.schemas import BundleMember, CodeManifest
+from backend.rest_client import ClientError, StrataClient
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
 from tests.support.processes import STRATA, strata_server

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
-from backend.client import ClientError, StrataClient
 from backend.code.archive import Bundle
+from backend.rest_client import ClientError, StrataClient
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
 from tests.support.processes import STRATA, strata_server

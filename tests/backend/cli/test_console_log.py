@@ -18,13 +18,12 @@ from backend.db import PublishingSession, create_engine, session_factory
 from backend.jobs.models import Job
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JobStatus
+from backend.migrate import upgrade_database
 from backend.scheduling.lifecycle import transition_job
-from backend.scheduling.new_jobs import create_job
-from backend.schema import upgrade_database
 from backend.streams.broker import Broker
 from backend.streams.events import BROKER
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 from tests.support.processes import strata_server
 
 TOKENS = {"STRATA_API_TOKEN": ADMIN_TOKEN, "STRATA_AGENT_TOKEN": AGENT_TOKEN}

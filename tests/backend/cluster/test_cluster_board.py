@@ -26,12 +26,11 @@ from backend.jobs.spec import validate_spec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.controller import Change, Controller
-from backend.scheduling.new_jobs import create_job
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.transaction import Transaction
 from tests.conftest import Api
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 
 async def _read_afresh(api: Api) -> ClusterRead:

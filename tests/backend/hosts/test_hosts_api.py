@@ -13,9 +13,8 @@ from backend.jobs.models import Job, Task
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.hub import AgentConnection, AgentHub
-from backend.scheduling.new_jobs import create_job
 from tests.conftest import Api
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 
 async def test_hosts_lists_devices_and_heartbeat_age(api: Api) -> None:

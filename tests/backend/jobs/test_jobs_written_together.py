@@ -13,16 +13,15 @@ from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.jobs.versioning import PAGE, versioned_update
-from backend.scheduling import new_jobs
 from backend.scheduling.lifecycle import transition_job
 from tests.backend.conftest import count_updates
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 
 async def stored_jobs(engine: AsyncEngine, count: int) -> list[int]:
     async with session_factory(engine)() as session:
         spec = JobSpec.model_validate(make_spec("parameter_server"))
-        jobs = [await new_jobs.create_job(session=session, spec=spec) for _ in range(count)]
+        jobs = [await create_job(session=session, spec=spec) for _ in range(count)]
         await session.commit()
         return [job.id for job in jobs]
 

@@ -18,10 +18,9 @@ from backend.jobs.cluster_changes import BOARD, ClusterChanges, TaskRow
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.scheduling import new_jobs
 from backend.scheduling.lifecycle import transition_job
 from tests.backend.conftest import count_updates
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 STARTED = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
 
@@ -30,7 +29,7 @@ async def stored(engine: AsyncEngine, jobs: int) -> tuple[list[int], int]:
     """Parameter-server jobs (four tasks each) and a host to place them on."""
     async with session_factory(engine)() as session:
         spec = JobSpec.model_validate(make_spec("parameter_server"))
-        ids = [(await new_jobs.create_job(session=session, spec=spec)).id for _ in range(jobs)]
+        ids = [(await create_job(session=session, spec=spec)).id for _ in range(jobs)]
         host = await make_host(session, "host-a", gpus=8)
         await session.commit()
         return ids, host.id

@@ -13,10 +13,9 @@ from backend.db import create_engine, session_factory
 from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import JobEvent, Task
 from backend.jobs.spec import JobSpec
-from backend.scheduling import new_jobs
-from backend.schema import upgrade_database
+from backend.migrate import upgrade_database
 from tests.conftest import make_settings
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 
 async def test_a_jobs_tasks_and_their_events_take_one_insert_each(
@@ -34,7 +33,7 @@ async def test_a_jobs_tasks_and_their_events_take_one_insert_each(
     try:
         async with session_factory(engine)() as session:
             spec = JobSpec.model_validate(make_spec("parameter_server"))
-            job = await new_jobs.create_job(session=session, spec=spec)
+            job = await create_job(session=session, spec=spec)
             assert len(job.tasks) > 1
             for task in job.tasks:
                 await record_event(

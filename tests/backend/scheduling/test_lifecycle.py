@@ -11,9 +11,8 @@ from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JOB_TRANSITIONS, JobStatus, can_transition
 from backend.scheduling.lifecycle import IllegalTransition, transition_job
-from backend.scheduling.new_jobs import create_job
 from tests.conftest import Api
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 S = JobStatus
 

@@ -12,12 +12,11 @@ from backend.db import PublishingSession, session_factory
 from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import JobSpec
-from backend.scheduling import new_jobs
 from backend.scheduling.lifecycle import StoredEvent, record_events
 from backend.streams.broker import Broker, Subscription, job_topic
 from backend.streams.events import BROKER
 from backend.streams.frames import EventFrame
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 ADA = Principal(kind=TokenKind.user, user_name="ada")
 
@@ -42,7 +41,7 @@ async def publishing_job(
     broker = Broker()
     sessions = session_factory(engine, sync_session_class=PublishingSession, info={BROKER: broker})
     async with sessions() as session:
-        job = await new_jobs.create_job(
+        job = await create_job(
             session=session, spec=JobSpec.model_validate(make_spec("parameter_server"))
         )
         await session.commit()

@@ -21,12 +21,11 @@ from backend.app import create_app
 from backend.db import utcnow
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import TaskStatus
-from backend.scheduling.new_jobs import create_job
 from backend.teams import service as teams_service
 from backend.tokens.models import ApiToken
 from backend.tokens.service import token_hash
 from tests.conftest import ADMIN_TOKEN, Api, make_settings
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/ui/"}
 ROLES = ("viewer", "member", "admin")

@@ -23,7 +23,7 @@ from backend.hosts.models import Host
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus
-from backend.scheduling import new_jobs
+from backend.migrate import upgrade_database
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.executors import Executors
 from backend.scheduling.hub import AgentHub
@@ -35,10 +35,9 @@ from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
 from backend.scheduling.transaction import Transaction
-from backend.schema import upgrade_database
 from backend.slurm.executor import SlurmExecutor
 from tests.conftest import make_settings
-from tests.support.factories import make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec
 
 
 class FakeHub(AgentHub):
@@ -112,7 +111,7 @@ class World:
     async def job(self, base: str = "mirrored", /, **overrides: object) -> int:
         spec = JobSpec.model_validate(make_spec(base, **overrides))
         async with self.sessions() as session:
-            job = await new_jobs.create_job(session=session, spec=spec)
+            job = await create_job(session=session, spec=spec)
             await session.commit()
             return job.id
 

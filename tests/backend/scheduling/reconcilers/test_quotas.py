@@ -8,13 +8,12 @@ from __future__ import annotations
 from agents.protocol import StartTask, StopTask
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
-from backend.scheduling import new_jobs
 from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.slurm.models import Phase, SlurmJob
 from backend.teams.models import Project
 from tests.backend.scheduling.reconcilers.conftest import World
-from tests.support.factories import make_spec
+from tests.support.factories import create_job, make_spec
 
 
 async def project(world: World, name: str, max_gpus: int | None) -> int:
@@ -31,7 +30,7 @@ async def job(world: World, project_id: int, gpus: int, priority: int = 0) -> in
         make_spec("mirrored", replicas={"chief": {"count": 1, "gpus": gpus}}, priority=priority)
     )
     async with world.sessions() as session:
-        created = await new_jobs.create_job(session=session, spec=spec, project_id=project_id)
+        created = await create_job(session=session, spec=spec, project_id=project_id)
         await session.commit()
         return created.id
 

@@ -1,4 +1,4 @@
-"""Bringing a database's schema up to date (or down) with the project's Alembic migrations."""
+"""Bringing a database's schema up to date with the project's Alembic migrations."""
 
 from __future__ import annotations
 
@@ -32,17 +32,6 @@ def _upgrade(connection: Connection, revision: str) -> None:
     command.upgrade(config, revision)
 
 
-def _downgrade(connection: Connection, revision: str) -> None:
-    config = alembic_config()
-    config.attributes["connection"] = connection
-    command.downgrade(config, revision)
-
-
 async def upgrade_database(engine: AsyncEngine, revision: str = "head") -> None:
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade, revision)
-
-
-async def downgrade_database(engine: AsyncEngine, revision: str) -> None:
-    async with engine.begin() as connection:
-        await connection.run_sync(_downgrade, revision)

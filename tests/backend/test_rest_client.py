@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend.client import ClientError, StrataClient, UnexpectedAnswer
 from backend.hosts.schemas import HostRead
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.states import JobStatus, TaskStatus
+from backend.rest_client import ClientError, StrataClient, UnexpectedAnswer
 from backend.tokens.schemas import TokenCreated, TokenRead
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import make_spec
