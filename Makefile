@@ -37,7 +37,7 @@ up: install ui
 # Tests run on this many pytest-xdist workers, each test file whole on one (tests/conftest.py):
 # most tests wait on processes they started, so more workers than cores still pays.
 TEST_WORKERS ?= 4
-PARALLEL := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## Lint, type-check and run the whole test suite with branch coverage (STRATA_TEST_STRICT=1 turns skips into failures).
 test: install ui lint

@@ -54,17 +54,28 @@ def _weight(item: pytest.Item) -> int:
     return 4
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under `--dist loadfile` (make test) each file runs whole on one worker, so a module's
+    fixtures (a cluster, a Slurm, an image) are made once; the Docker files share one worker."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "docker" if file in DOCKER_FILES else file
+
+    return FileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For pytest-xdist's `--dist loadgroup` (make test): each file runs whole on one worker, so
-    a module's fixtures (a cluster, a Slurm, an image) are made once; the Docker files share a
-    worker; heavy files come first. The order is the same in every worker, as xdist requires."""
+    """Heavy files first, so that no worker starts a long file when the others are nearly done.
+    The order is the same in every worker, as xdist requires."""
     by_file: dict[str, int] = {}
     for item in items:
         file = _file(item)
         by_file[file] = min(by_file.get(file, 4), _weight(item))
-        group = "docker" if file in DOCKER_FILES else file
-        item.add_marker(pytest.mark.xdist_group(group))
     order = {id(item): index for index, item in enumerate(items)}
     items.sort(key=lambda item: (by_file[_file(item)], order[id(item)]))
 
