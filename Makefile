@@ -7,7 +7,11 @@ PIP_VERSION := 26.3
 
 UI_SOURCES := $(shell find frontend/src frontend/index.html frontend/package.json frontend/vite.config.ts frontend/tsconfig.json -type f 2>/dev/null)
 
-.PHONY: install ui up test check lint bench check-python clean
+.PHONY: install ui up test check lint ui-check suite unit bench check-python clean
+
+# Steps that do not need each other run side by side: installing beside building the dashboard,
+# linting beside the tests (a lint failure still fails the run).
+MAKEFLAGS += --jobs=4
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Strata needs Python 3.11; set PYTHON=/path/to/python3.11")'
@@ -40,12 +44,18 @@ TEST_WORKERS ?= 4
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## Lint, type-check and run the whole test suite with branch coverage (STRATA_TEST_STRICT=1 turns skips into failures).
-test: install ui lint
-	cd frontend && npm run check
+test: lint ui-check suite
+
+suite: install ui
 	$(BIN)/pytest -q $(PARALLEL) --cov --cov-report=term:skip-covered --durations=10
 
+ui-check: frontend/node_modules/.package-lock.json
+	cd frontend && npm run check
+
 ## The inner loop, under 2 minutes: lint, type-check and the tests without TensorFlow, a browser, Docker or PostgreSQL.
-check: lint
+check: lint unit
+
+unit: install
 	$(BIN)/pytest -q $(PARALLEL) -m "not e2e and not slow and not postgres"
 
 ## Run every benchmark (QUICK=1 for the short versions), draw the plots, render docs/benchmarks.md.
