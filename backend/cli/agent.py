@@ -10,9 +10,7 @@ from typing import Annotated
 
 import typer
 
-from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
 from agents.host.bundles import DEFAULT_CACHE_BYTES
-from agents.host.identity import StateDirError
 from agents.host.ports import CPU_TASK_PORTS, NoFreePorts, default_lock_dir
 from agents.memory_size import format_memory, parse_memory
 from backend.config import LOG_LEVELS, read_secret_file
@@ -127,6 +125,10 @@ def agent(
     ] = "info",
 ) -> None:
     """Run a host agent: it joins the server and runs the tasks placed on this host."""
+    # Here rather than at the top: every `strata` command loads this module.
+    from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
+    from agents.host.identity import StateDirError
+
     if log_level.lower() not in AGENT_LOG_LEVELS:
         raise typer.BadParameter(
             f"{log_level!r} is not one of {', '.join(AGENT_LOG_LEVELS)}", param_hint="--log-level"

@@ -1,4 +1,8 @@
-"""Server-side commands: `strata server`, `strata up`, `strata db upgrade`."""
+"""Server-side commands: `strata server`, `strata up`, `strata db upgrade`.
+
+The server's modules are imported inside the commands that run it: every `strata` command loads
+this module, and a client command should not pay for loading the server.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +15,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from backend.app import create_app
-from backend.cli.collector import settle_for_serving
-from backend.cli.local import LocalCluster
-from backend.cli.server_logging import server_log_config
 from backend.config import Settings
-from backend.db import create_engine
-from backend.migrate import upgrade_database
-from backend.teams.bootstrap import first_user, user_name_for
-from backend.tokens import service as tokens_service
 
 console = Console()
 
@@ -55,6 +49,12 @@ def _settings(**overrides: object) -> Settings:
 
 
 def _serve(settings: Settings) -> None:
+    import uvicorn
+
+    from backend.app import create_app
+    from backend.cli.collector import settle_for_serving
+    from backend.cli.server_logging import server_log_config
+
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -106,6 +106,13 @@ def first_user_token(settings: Settings, os_user: str | None) -> tuple[str, str]
     """`strata up`'s first user (named after the OS user, admin of project `default`) and a
     token of theirs: the one kept in the data dir while the server still takes it, else a
     new one, kept there for the next run."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from backend.db import create_engine
+    from backend.migrate import upgrade_database
+    from backend.teams.bootstrap import first_user, user_name_for
+    from backend.tokens import service as tokens_service
+
     path = settings.data_dir / "user-token"
     name = user_name_for(os_user)
 
@@ -211,6 +218,8 @@ def up(
     settings = up_settings(port=port, db=db, data_dir=data_dir)
     assert settings.api_token is not None
     api_token, data_dir = settings.api_token, settings.data_dir
+    from backend.cli.local import LocalCluster
+
     local = LocalCluster(
         settings=settings,
         agents=agents,
@@ -242,6 +251,8 @@ def db_upgrade(db: DbOption = None, data_dir: DataDirOption = None) -> None:
     """Apply the database migrations (the server also does this when it starts)."""
     settings = _settings(database_url=db, data_dir=data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from backend.db import create_engine
+    from backend.migrate import upgrade_database
 
     async def run() -> None:
         engine = create_engine(settings.resolved_database_url)
