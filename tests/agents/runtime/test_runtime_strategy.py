@@ -201,6 +201,7 @@ def test_server_rejects_a_config_it_cannot_serve(value: str | None) -> None:
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow  # a TensorFlow server in a subprocess
 def test_server_serves_until_sigterm_and_exits_zero() -> None:
     """The agent's contract for parameter-server workers: a ready line, then a quiet exit 0."""
     port = free_port()

@@ -77,6 +77,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.mark.slow  # the CLI and the server in subprocesses
 def test_jobs_show_names_the_bundle_with_its_size_and_files(
     server_url: str, tmp_path: Path
 ) -> None:
@@ -108,6 +109,7 @@ def test_jobs_show_names_the_bundle_with_its_size_and_files(
     ]
 
 
+@pytest.mark.slow  # the CLI and the server in subprocesses
 def test_jobs_show_names_the_jobs_environment(server_url: str) -> None:
     env = {**os.environ, "STRATA_SERVER": server_url, "STRATA_TOKEN": ADMIN_TOKEN}
     with StrataClient(server_url, ADMIN_TOKEN) as client:

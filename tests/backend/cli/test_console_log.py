@@ -73,12 +73,14 @@ def served_log(tmp_path: Path, env: dict[str, str]) -> str:
     return (tmp_path / f"server-{port}.log").read_text()
 
 
+@pytest.mark.slow  # the server in a subprocess
 def test_a_server_logs_no_request_by_default(tmp_path: Path) -> None:
     console = served_log(tmp_path, {})
     assert "Application startup complete" in console
     assert "GET /hosts" not in console
 
 
+@pytest.mark.slow  # the server in a subprocess
 def test_a_server_logs_every_request_when_asked(tmp_path: Path) -> None:
     console = served_log(tmp_path, {"STRATA_ACCESS_LOG": "1"})
     assert console.count('"GET /hosts HTTP/1.1" 200') == 3

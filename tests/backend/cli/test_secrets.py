@@ -17,6 +17,8 @@ import pytest
 from backend.config import Settings
 from tests.support.processes import STRATA, stop, strata_server
 
+pytestmark = pytest.mark.slow  # the CLI, the server and an agent in subprocesses
+
 REPO = Path(__file__).resolve().parents[3]
 
 
