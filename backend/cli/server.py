@@ -16,6 +16,7 @@ from pydantic import SecretStr, ValidationError
 from rich.console import Console
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from backend import session_hooks
 from backend.app import create_app
 from backend.cli.collector import settle_for_serving
 from backend.cli.local import LocalCluster
@@ -110,6 +111,7 @@ def first_user_token(settings: Settings, os_user: str | None) -> tuple[str, str]
     name = user_name_for(os_user)
 
     async def run() -> tuple[str, str]:
+        session_hooks.install()
         engine = create_engine(settings.resolved_database_url)
         try:
             await upgrade_database(engine)
