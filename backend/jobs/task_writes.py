@@ -67,6 +67,8 @@ def update_tasks_together(session: Session, _context: object, _instances: object
         # Written: the flush has nothing left of them. Marked clean as the flush marks what
         # it wrote (without the flush's unit of work, costly over many tasks), and the
         # cluster board told of them, as the mapper's listener would have.
+        # SQLAlchemy's one private call here: its public API (set_committed_value) cancels
+        # the changes but leaves each task dirty, and the flush would walk them all again.
         InstanceState._commit_all_states(
             ((inspect(task), task.__dict__) for task, _ in tasks), session.identity_map
         )
