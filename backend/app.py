@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from backend import session_hooks
 from backend.api import (
     agent_channel,
     audit,
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        session_hooks.install()
         engine = create_engine(settings.resolved_database_url)
         await upgrade_database(engine)
         broker = app.state.broker = Broker()

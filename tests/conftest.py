@@ -13,6 +13,7 @@ from pluggy import Result
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from backend import session_hooks
 from backend.app import create_app
 from backend.config import Settings
 from tests.support.postgres import create_database, drop_database, find_bindir, running_postgres
@@ -107,6 +108,13 @@ def no_warm_pools() -> Iterator[None]:
     yield
     if previous == "0":
         os.environ.pop("STRATA_AGENT_WARM_POOL", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sqlalchemy_hooks() -> None:
+    """The session and mapper hooks, installed as every process that opens sessions installs
+    them: many tests open sessions on engines of their own, without the app around them."""
+    session_hooks.install()
 
 
 @pytest.fixture(scope="session")

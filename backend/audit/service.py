@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol, TypeVar, cast
 
-from sqlalchemy import Table, event, insert, select
+from sqlalchemy import Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -34,8 +34,7 @@ Change = Callable[[Tx], Awaitable[T]]  # as Controller.apply takes it
 ACTOR = "strata.actor"
 
 
-@event.listens_for(Session, "before_flush")
-def _name_the_actor(session: Session, _context: object, _instances: object) -> None:
+def name_the_actor(session: Session, _context: object, _instances: object) -> None:
     """Every job event a session writes after `record` names the same actor, however deep in
     the services it was made: no service has to be told who is calling."""
     actor = session.info.get(ACTOR)

@@ -108,6 +108,7 @@ def first_user_token(settings: Settings, os_user: str | None) -> tuple[str, str]
     new one, kept there for the next run."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
+    from backend import session_hooks
     from backend.db import create_engine
     from backend.migrate import upgrade_database
     from backend.teams.bootstrap import first_user, user_name_for
@@ -117,6 +118,7 @@ def first_user_token(settings: Settings, os_user: str | None) -> tuple[str, str]
     name = user_name_for(os_user)
 
     async def run() -> tuple[str, str]:
+        session_hooks.install()
         engine = create_engine(settings.resolved_database_url)
         try:
             await upgrade_database(engine)

@@ -5,7 +5,8 @@ Mapper listeners note, row by row as a flush writes them, each task as written (
 its status, its port and GPUs), each new job's name, and the hosts whose row or devices were
 written; a session listener hands them to the board after commit (backend.cluster.board), which
 applies the tasks in memory and reads again only those hosts. Statements that bypass the
-ORM's unit of work name their hosts themselves (`note_hosts`, `note_heartbeats`).
+ORM's unit of work name their hosts themselves (`note_hosts`, `note_heartbeats`). The
+listeners are registered by backend.session_hooks.
 
 A rollback discards what its transaction noted: nothing of it is in the database. A savepoint
 rolled back inside a transaction turns the tasks noted so far into hosts to read again once
@@ -18,11 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapper, Session, SessionTransaction, object_session
 
-from backend.db import PublishingSession
 from backend.hosts.models import Device, Host
 from backend.jobs.models import Job, Task
 from backend.jobs.states import TaskStatus
@@ -106,7 +106,7 @@ def note_heartbeats(session: AsyncSession | Session) -> None:
     _pending(session).heartbeats = True
 
 
-def _note_written(_mapper: Mapper[Any], _connection: Connection, target: object) -> None:
+def note_written(_mapper: Mapper[Any], _connection: Connection, target: object) -> None:
     """Called by the flush for each row of a task, job, device or host it writes."""
     session = object_session(target)
     if session is None or BOARD not in session.info:
@@ -122,7 +122,7 @@ def _note_written(_mapper: Mapper[Any], _connection: Connection, target: object)
         pending.hosts.add(target.id)
 
 
-def _note_updated(mapper: Mapper[Any], connection: Connection, target: object) -> None:
+def note_updated(mapper: Mapper[Any], connection: Connection, target: object) -> None:
     """A flush calls after_update for every object set dirty, also with nothing changed (a
     host's status set online again): a host read again for nothing costs a read, so only net
     changes count. (Tasks are compared by the board, more cheaply.)"""
@@ -130,25 +130,10 @@ def _note_updated(mapper: Mapper[Any], connection: Connection, target: object) -
     if isinstance(target, Task) or (
         session is not None and session.is_modified(target, include_collections=False)
     ):
-        _note_written(mapper, connection, target)
+        note_written(mapper, connection, target)
 
 
-# Row by row from the flush, rather than from session.dirty after it: that set is built by
-# comparing every modified object's attributes, work a placement pass need not do.
-for model, inserted_or_deleted in (
-    (Task, ("after_insert",)),  # tasks are deleted only with their job: never
-    (Job, ("after_insert",)),  # a job's name never changes
-    (Device, ("after_insert", "after_delete")),
-    (Host, ("after_insert", "after_delete")),
-):
-    for when in inserted_or_deleted:
-        event.listen(model, when, _note_written)
-    if model is not Job:
-        event.listen(model, "after_update", _note_updated)
-
-
-@event.listens_for(PublishingSession, "after_commit")
-def _hand_over(session: Session) -> None:
+def hand_over(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released: the transaction around it has yet to commit
     changes: ClusterChanges | None = session.info.pop(PENDING, None)
@@ -157,8 +142,7 @@ def _hand_over(session: Session) -> None:
         board.changed(changes)
 
 
-@event.listens_for(PublishingSession, "after_soft_rollback")
-def _rolled_back(session: Session, previous: SessionTransaction) -> None:
+def rolled_back(session: Session, previous: SessionTransaction) -> None:
     if not previous.nested:
         session.info.pop(PENDING, None)
         return

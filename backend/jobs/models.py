@@ -14,7 +14,6 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
-    event,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Mapped, Session, mapped_column, orm_insert_sentinel, relationship
@@ -196,8 +195,7 @@ class Checkpoint(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-@event.listens_for(Session, "before_flush")
-def _tasks_change_their_job(session: Session, _context: object, _instances: object) -> None:
+def tasks_change_their_job(session: Session, _context: object, _instances: object) -> None:
     """A change to a task is a change to its job: the job's row is updated too, so that its
     version check catches a task change made from a stale view of the job."""
     # Each of session.new and .dirty builds a new set, the latter by comparing every modified

@@ -8,7 +8,7 @@ executemany UPDATE per set of changed columns and marked clean, as the flush mar
 wrote, which leaves the flush nothing to do for them; the cluster board is told of them here
 (backend.jobs.cluster_changes), as the mapper's listener tells it of rows the flush writes.
 Tasks carry no version of their own: the job of a changed task is updated in the same flush
-(backend.jobs.models, whose hook runs first: this module imports it), and the job's version
+(backend.jobs.models, whose hook runs first: backend.session_hooks), and the job's version
 check is what catches a change made from a stale view.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, event, inspect, update
+from sqlalchemy import Table, bindparam, inspect, update
 from sqlalchemy.orm import InstanceState, Session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -30,8 +30,7 @@ WRITTEN = frozenset(column.key for column in cast(Table, Task.__table__).columns
 LEAST = 2  # one task gains nothing from this
 
 
-@event.listens_for(Session, "before_flush")
-def _update_tasks_together(session: Session, _context: object, _instances: object) -> None:
+def update_tasks_together(session: Session, _context: object, _instances: object) -> None:
     shapes: dict[tuple[str, ...], list[tuple[Task, dict[str, Any]]]] = defaultdict(list)
     for task in session.dirty:
         if not isinstance(task, Task):
@@ -67,6 +66,8 @@ def _update_tasks_together(session: Session, _context: object, _instances: objec
         # Written: the flush has nothing left of them. Marked clean as the flush marks what
         # it wrote (without the flush's unit of work, costly over many tasks), and the
         # cluster board told of them, as the mapper's listener would have.
+        # SQLAlchemy's one private call here: its public API (set_committed_value) cancels
+        # the changes but leaves each task dirty, and the flush would walk them all again.
         InstanceState._commit_all_states(
             ((inspect(task), task.__dict__) for task, _ in tasks), session.identity_map
         )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Table, Update, bindparam, event, inspect, select, union_all, update
+from sqlalchemy import Table, Update, bindparam, inspect, select, union_all, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.exc import StaleDataError
@@ -54,10 +54,9 @@ class VersionedUpdate:
     parameters: dict[str, Any]
 
 
-@event.listens_for(Session, "before_flush")
-def _update_jobs_together(session: Session, _context: object, _instances: object) -> None:
-    # Registered after backend.jobs.models' own before_flush hook (this module imports it
-    # first), which marks the jobs of changed tasks: those are written here too.
+def update_jobs_together(session: Session, _context: object, _instances: object) -> None:
+    """Before a flush (backend.session_hooks, after models.tasks_change_their_job, whose
+    marked jobs are written here too)."""
     changed: dict[tuple[str, ...], list[tuple[Job, dict[str, Any]]]] = defaultdict(list)
     for job in session.dirty:
         if not isinstance(job, Job):

@@ -21,10 +21,50 @@ from backend.streams.events import publish_after_commit
 
 
 class IllegalTransition(Conflict):
-    def __init__(self, job: Job, target: JobStatus) -> None:
-        super().__init__(f"job {job.id} is {job.status.value}; it cannot become {target.value}")
-        self.current = job.status
+    def __init__(self, job_id: int, current: JobStatus, target: JobStatus) -> None:
+        super().__init__(f"job {job_id} is {current.value}; it cannot become {target.value}")
+        self.current = current
         self.target = target
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """A job's change of status: its columns' new values, and the event that records it."""
+
+    values: dict[str, Any]
+    event: StoredEvent
+
+
+def status_change(
+    *,
+    job_id: int,
+    current: JobStatus,
+    started_at: datetime | None,
+    to: JobStatus,
+    reason: str | None,
+    now: datetime,
+    data: dict[str, Any] | None = None,
+) -> StatusChange:
+    """The one writer of a job's status, for a loaded job (`transition_job`) and for a job
+    read as a plain row (scheduling/started.py): IllegalTransition (409) unless `to` may
+    follow `current`; else the status, reason and times to write, and the event."""
+    if not can_transition(current, to):
+        raise IllegalTransition(job_id, current, to)
+    values: dict[str, Any] = {"status": to, "reason": reason, "updated_at": now}
+    if to is JobStatus.running and started_at is None:
+        values["started_at"] = now
+    if to.is_terminal:
+        values["finished_at"] = now
+    event = StoredEvent(
+        job_id=job_id,
+        kind=EventKind.status,
+        message=reason,
+        from_status=current.value,
+        to_status=to.value,
+        data=data or {},
+        at=now,
+    )
+    return StatusChange(values, event)
 
 
 async def transition_job(
@@ -39,25 +79,27 @@ async def transition_job(
     """Move a job to a new status, or raise IllegalTransition (409) and change nothing.
     flush=False leaves the writes to the caller's next flush (or its commit): a pass that
     changes many jobs writes them in a few statements instead of a flush per event."""
-    if not can_transition(job.status, to):
-        raise IllegalTransition(job, to)
-    now = utcnow()
-    event = JobEvent(
+    change = status_change(
         job_id=job.id,
-        at=now,
-        kind=EventKind.status,
-        from_status=job.status.value,
-        to_status=to.value,
-        message=reason,
-        data=data or {},
+        current=job.status,
+        started_at=job.started_at,
+        to=to,
+        reason=reason,
+        data=data,
+        now=utcnow(),
     )
-    job.status = to
-    job.reason = reason
-    job.updated_at = now
-    if to is JobStatus.running and job.started_at is None:
-        job.started_at = now
-    if to.is_terminal:
-        job.finished_at = now
+    for column, value in change.values.items():
+        setattr(job, column, value)
+    stored = change.event
+    event = JobEvent(
+        job_id=stored.job_id,
+        at=stored.at,
+        kind=stored.kind,
+        from_status=stored.from_status,
+        to_status=stored.to_status,
+        message=stored.message,
+        data=stored.data,
+    )
     session.add(event)
     if flush:
         await session.flush()
@@ -70,7 +112,7 @@ class StoredEvent:
 
     job_id: int
     kind: str
-    message: str
+    message: str | None
     task: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     at: datetime = field(default_factory=utcnow)

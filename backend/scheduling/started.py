@@ -33,7 +33,7 @@ from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.jobs.versioning import PAGE, VersionedRow, raise_if_stale, versioned_update
 from backend.scheduling.cluster import StartMode
-from backend.scheduling.lifecycle import StoredEvent, record_events
+from backend.scheduling.lifecycle import StatusChange, StoredEvent, record_events, status_change
 from backend.scheduling.task_events import NamedHost, key_text, wanted_on
 from backend.scheduling.transaction import Transaction
 
@@ -99,24 +99,22 @@ async def mark_started_many(
     if not started:
         return
     changed_jobs = {task.job_id for task, _ in started.values()}
-    running = [
-        job
+    # Jobs whose training tasks all run now: their status changes as every job's does.
+    running = {
+        job.id: status_change(
+            job_id=job.id,
+            current=job.status,
+            started_at=job.started_at,
+            to=JobStatus.running,
+            reason=ALL_RUNNING,
+            now=now,
+        )
         for job_id in sorted(changed_jobs)
         if (job := jobs[job_id]).status in (JobStatus.scheduled, JobStatus.restarting)
         and all(t.status is TaskStatus.running for t in by_job[job_id] if t.role != Role.evaluator)
-    ]
+    }
     await _write_jobs(session, jobs, changed_jobs, running, now)
-    events += [
-        StoredEvent(
-            job_id=job.id,
-            kind=EventKind.status,
-            message=ALL_RUNNING,
-            from_status=job.status.value,
-            to_status=JobStatus.running.value,
-            at=now,
-        )
-        for job in running
-    ]
+    events += [change.event for change in running.values()]
     await _write_tasks(session, started, now)
     await record_events(session=session, events=events)
     _keep_objects(session, jobs, changed_jobs, running, started, now)
@@ -171,20 +169,17 @@ async def _write_jobs(
     session: AsyncSession,
     jobs: dict[int, _Job],
     changed: set[int],
-    running: list[_Job],
+    running: dict[int, StatusChange],
     now: datetime,
 ) -> None:
     """Every job whose tasks changed, with its version check; those now running with their
-    new status (as lifecycle.transition_job sets it)."""
-    becoming = {job.id for job in running}
+    change of status (lifecycle.status_change)."""
     shapes: dict[tuple[str, ...], list[VersionedRow]] = defaultdict(list)
     for job_id in sorted(changed):
         job = jobs[job_id]
         values: dict[str, Any] = {"updated_at": now}
-        if job_id in becoming:
-            values |= {"status": JobStatus.running, "reason": ALL_RUNNING}
-            if job.started_at is None:
-                values["started_at"] = now
+        if job_id in running:
+            values |= running[job_id].values
         shapes[tuple(sorted(values))].append((job.id, job.version, values))
     for keys, rows in shapes.items():
         for first in range(0, len(rows), PAGE):
@@ -222,14 +217,13 @@ def _keep_objects(
     session: AsyncSession,
     jobs: dict[int, _Job],
     changed: set[int],
-    running: list[_Job],
+    running: dict[int, StatusChange],
     started: dict[int, tuple[_Task, int]],
     now: datetime,
 ) -> None:
     """Objects of these rows the session holds already are set to what was written, as
     loaded (not as changes to write again), so that the transaction goes on from them."""
     held = session.sync_session.identity_map
-    becoming = {job.id for job in running}
     for job_id in changed:
         job = held.get(identity_key(Job, job_id))
         if job is None:
@@ -237,11 +231,9 @@ def _keep_objects(
         assert isinstance(job, Job)
         set_committed_value(job, "version", jobs[job_id].version + 1)
         set_committed_value(job, "updated_at", now)
-        if job_id in becoming:
-            set_committed_value(job, "status", JobStatus.running)
-            set_committed_value(job, "reason", ALL_RUNNING)
-            if job.started_at is None:
-                set_committed_value(job, "started_at", now)
+        if job_id in running:
+            for column, value in running[job_id].values.items():
+                set_committed_value(job, column, value)
     for task_id, (_, pid) in started.items():
         task = held.get(identity_key(Task, task_id))
         if task is None:

@@ -17,10 +17,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
-from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from backend.db import PublishingSession
 from backend.jobs.events import EventKind
 from backend.jobs.models import JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, Broker, job_topic
@@ -92,8 +90,7 @@ def event_frame(row: EventRow) -> EventFrame | CheckpointFrame:
     return EventFrame(type="event", job_id=row.job_id, event=event)
 
 
-@event.listens_for(PublishingSession, "after_flush")
-def _collect(session: Session, _context: object) -> None:
+def collect(session: Session, _context: object) -> None:
     publish_after_commit(session, [obj for obj in session.new if isinstance(obj, JobEvent)])
 
 
@@ -104,8 +101,7 @@ def publish_after_commit(session: Session, rows: Iterable[EventRow]) -> None:
         session.info.setdefault(PENDING, []).extend(rows)
 
 
-@event.listens_for(PublishingSession, "after_commit")
-def _publish(session: Session) -> None:
+def publish(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released: its events wait for the transaction around it
     rows: list[EventRow] = session.info.pop(PENDING, [])
@@ -136,15 +132,13 @@ def log_job_event(row: EventRow) -> None:
         )
 
 
-@event.listens_for(PublishingSession, "after_transaction_create")
-def _savepoint_begun(session: Session, transaction: SessionTransaction) -> None:
+def savepoint_begun(session: Session, transaction: SessionTransaction) -> None:
     if transaction.nested and BROKER in session.info:
         marks = session.info.setdefault(SAVEPOINTS, {})
         marks[transaction] = len(session.info.get(PENDING, ()))
 
 
-@event.listens_for(PublishingSession, "after_rollback")
-def _discard(session: Session) -> None:
+def discard(session: Session) -> None:
     savepoint = session.get_nested_transaction()
     mark = session.info.get(SAVEPOINTS, {}).get(savepoint)
     if mark is None:
@@ -153,8 +147,7 @@ def _discard(session: Session) -> None:
         del session.info.get(PENDING, [])[mark:]
 
 
-@event.listens_for(PublishingSession, "after_transaction_end")
-def _transaction_ended(session: Session, transaction: SessionTransaction) -> None:
+def transaction_ended(session: Session, transaction: SessionTransaction) -> None:
     if transaction.nested:
         session.info.get(SAVEPOINTS, {}).pop(transaction, None)
     elif transaction.parent is None:

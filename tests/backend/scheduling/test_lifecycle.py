@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select
@@ -10,7 +11,7 @@ from sqlalchemy import select
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import validate_spec
 from backend.jobs.states import JOB_TRANSITIONS, JobStatus, can_transition
-from backend.scheduling.lifecycle import IllegalTransition, transition_job
+from backend.scheduling.lifecycle import IllegalTransition, status_change, transition_job
 from tests.conftest import Api
 from tests.support.factories import create_job, make_spec
 
@@ -97,3 +98,38 @@ async def test_every_pair_on_a_real_job(
         else:
             assert stored.status is current
             assert events == []
+
+
+def test_a_change_of_status_gives_its_columns_and_its_event_or_is_refused() -> None:
+    """status_change, the one writer of a status, for loaded jobs and plain rows alike."""
+    now = datetime(2026, 11, 28, 6, 0, tzinfo=UTC)
+    change = status_change(
+        job_id=7, current=S.scheduled, started_at=None, to=S.running, reason="go", now=now
+    )
+    assert change.values == {
+        "status": S.running,
+        "reason": "go",
+        "updated_at": now,
+        "started_at": now,
+    }
+    event = change.event
+    assert (event.job_id, event.kind, event.from_status, event.to_status, event.message) == (
+        7,
+        "status",
+        "scheduled",
+        "running",
+        "go",
+    )
+    ended = status_change(
+        job_id=7, current=S.running, started_at=now, to=S.failed, reason=None, now=now
+    )
+    assert ended.values == {
+        "status": S.failed,
+        "reason": None,
+        "updated_at": now,
+        "finished_at": now,
+    }
+    with pytest.raises(IllegalTransition, match="job 7 is succeeded; it cannot become running"):
+        status_change(
+            job_id=7, current=S.succeeded, started_at=now, to=S.running, reason=None, now=now
+        )
