@@ -54,7 +54,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -409,7 +409,7 @@ class CheckpointKeeper:
                 continue
             del self._known[old]
             deleted.append(old)
-        self._write_manifest()
+        _write_manifest(self.directory, self._known.values())
         return CheckpointSaved(
             name=name,
             step=step,
@@ -460,7 +460,7 @@ class CheckpointKeeper:
                 match = _NAME.match(os.path.basename(path))
                 if match is not None:
                     numbers.append(int(match.group(1)))
-        manifest = self._read_manifest()
+        manifest = _read_manifest(self.directory)
         known: dict[str, _Record] = {}
         for name, number in sorted(indexed.items(), key=lambda item: item[1]):
             known[name] = self._known.get(name) or _record_from(name, number, manifest.get(name))
@@ -468,38 +468,40 @@ class CheckpointKeeper:
         self._next_number = max(self._next_number, max(numbers, default=0) + 1)
         self._scanned = True
 
-    def _read_manifest(self) -> dict[str, Any]:
-        import tensorflow as tf
 
-        path = os.path.join(self.directory, MANIFEST)
-        try:
-            if not tf.io.gfile.exists(path):
-                return {}
-            with tf.io.gfile.GFile(path, "r") as handle:
-                data = json.loads(handle.read())
-            entries = data.get("checkpoints") if isinstance(data, dict) else None
-            return entries if isinstance(entries, dict) else {}
-        except Exception as exc:
-            log.warning("strata: ignoring an unreadable %s: %r", path, exc)
+def _read_manifest(directory: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    path = os.path.join(directory, MANIFEST)
+    try:
+        if not tf.io.gfile.exists(path):
             return {}
+        with tf.io.gfile.GFile(path, "r") as handle:
+            data = json.loads(handle.read())
+        entries = data.get("checkpoints") if isinstance(data, dict) else None
+        return entries if isinstance(entries, dict) else {}
+    except Exception as exc:
+        log.warning("strata: ignoring an unreadable %s: %r", path, exc)
+        return {}
 
-    def _write_manifest(self) -> None:
-        import tensorflow as tf
 
-        data = {
-            "checkpoints": {
-                r.name: {"step": r.step, "epoch": r.epoch, "metrics": r.metrics, "fresh": r.fresh}
-                for r in self._known.values()
-            }
+def _write_manifest(directory: str, records: Iterable[_Record]) -> None:
+    import tensorflow as tf
+
+    data = {
+        "checkpoints": {
+            r.name: {"step": r.step, "epoch": r.epoch, "metrics": r.metrics, "fresh": r.fresh}
+            for r in records
         }
-        path = os.path.join(self.directory, MANIFEST)
-        temp = f"{path}.tmp"
-        try:
-            with tf.io.gfile.GFile(temp, "w") as handle:
-                handle.write(json.dumps(data, allow_nan=True))
-            tf.io.gfile.rename(temp, path, overwrite=True)
-        except Exception as exc:
-            log.warning("strata: could not write %s: %r", path, exc)
+    }
+    path = os.path.join(directory, MANIFEST)
+    temp = f"{path}.tmp"
+    try:
+        with tf.io.gfile.GFile(temp, "w") as handle:
+            handle.write(json.dumps(data, allow_nan=True))
+        tf.io.gfile.rename(temp, path, overwrite=True)
+    except Exception as exc:
+        log.warning("strata: could not write %s: %r", path, exc)
 
 
 def _record_from(name: str, number: int, entry: object) -> _Record:
