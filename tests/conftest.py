@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend import session_hooks
 from backend.app import create_app
-from backend.config import Settings
+from backend.config import Settings, async_database_url
+from backend.db import create_engine
+from backend.migrate import upgrade_database
 from tests.support.postgres import create_database, drop_database, find_bindir, running_postgres
 from tests.support.strict import STRICT, missing_dependency
 
@@ -133,9 +136,42 @@ def postgres_admin_url() -> Iterator[str]:
         yield url
 
 
+async def _migrated(url: str) -> None:
+    engine = create_engine(async_database_url(url))
+    try:
+        await upgrade_database(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+async def migrated_postgres(postgres_admin_url: str) -> str:
+    """A database with every migration applied, made once per session: each test's database
+    is a copy of it, as migrating an empty one costs more than most tests take."""
+    url = await create_database(postgres_admin_url, prefix="strata_template")
+    await _migrated(url)
+    return url.rsplit("/", 1)[1]
+
+
+@pytest.fixture(scope="session")
+async def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As migrated_postgres, for SQLite: a file each test copies."""
+    path = tmp_path_factory.mktemp("migrated") / "strata.db"
+    await _migrated(f"sqlite:///{path}")
+    return path
+
+
 @pytest.fixture
-async def postgres_url(postgres_admin_url: str) -> AsyncIterator[str]:
-    """A fresh, empty database on the test server, dropped afterwards."""
+async def postgres_url(postgres_admin_url: str, migrated_postgres: str) -> AsyncIterator[str]:
+    """A database of its own on the test server, migrated, dropped afterwards."""
+    url = await create_database(postgres_admin_url, template=migrated_postgres)
+    yield url
+    await drop_database(postgres_admin_url, url)
+
+
+@pytest.fixture
+async def empty_postgres_url(postgres_admin_url: str) -> AsyncIterator[str]:
+    """A fresh, empty database on the test server (no migration applied), dropped afterwards."""
     url = await create_database(postgres_admin_url)
     yield url
     await drop_database(postgres_admin_url, url)
@@ -143,10 +179,22 @@ async def postgres_url(postgres_admin_url: str) -> AsyncIterator[str]:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Every test that takes this runs once on SQLite and once on PostgreSQL."""
+    """Every test that takes this runs once on SQLite and once on PostgreSQL, on a database of
+    its own with every migration applied (the server's upgrade at start finds nothing to do)."""
+    if request.param == "sqlite":
+        path = tmp_path / "strata.db"
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """As database_url, but empty: for the tests of the migrations themselves."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'strata.db'}"
-    url: str = request.getfixturevalue("postgres_url")
+    url: str = request.getfixturevalue("empty_postgres_url")
     return url
 
 

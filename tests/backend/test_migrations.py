@@ -18,6 +18,12 @@ from backend.migrate import alembic_config, upgrade_database
 from backend.models import Base
 
 
+@pytest.fixture
+def database_url(empty_database_url: str) -> str:
+    """The migrations' own tests start from an empty database, not the migrated copy."""
+    return empty_database_url
+
+
 def _downgrade(connection: Connection, revision: str) -> None:
     config = alembic_config()
     config.attributes["connection"] = connection

@@ -144,12 +144,16 @@ def _asyncpg_dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
-async def create_database(admin_url: str, prefix: str = "strata_test") -> str:
-    """A fresh, empty database on the server at `admin_url`; returns its URL."""
+async def create_database(
+    admin_url: str, prefix: str = "strata_test", template: str | None = None
+) -> str:
+    """A fresh database on the server at `admin_url`, empty or a copy of the `template`
+    database (which nobody may be connected to); returns its URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    copy = "" if template is None else f' TEMPLATE "{template}"'
     admin = await asyncpg.connect(_asyncpg_dsn(admin_url))
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        await admin.execute(f'CREATE DATABASE "{name}"{copy}')
     finally:
         await admin.close()
     return f"{admin_url.rsplit('/', 1)[0]}/{name}"

@@ -9,6 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from agents.host import agent as host_agent
 from agents.host.agent import AgentConfig
 from agents.host.bundles import DEFAULT_CACHE_BYTES
 from backend.cli import agent as agent_cli
@@ -46,7 +47,8 @@ def test_a_size_that_is_not_one_names_the_flag(text: str, says: str) -> None:
 def run_agent(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> tuple[int, str, AgentConfig | None]:
-    monkeypatch.setattr(agent_cli, "Agent", FakeAgent)
+    # Where the command imports it from when it runs (not at the top of backend.cli.agent).
+    monkeypatch.setattr(host_agent, "Agent", FakeAgent)
     result = CliRunner().invoke(
         app,
         [
