@@ -55,10 +55,10 @@ from backend.shutdown import close_within, stop_services
 from backend.slurm.executor import SlurmExecutor
 from backend.slurm.reconcile import SlurmSync
 from backend.streams.broker import Broker, job_topic
-from backend.streams.events import BROKER
 from backend.streams.history import log_frame
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
+from backend.streams.publishing import BROKER
 from backend.tensorboard.processes import TensorBoards
 
 log = logging.getLogger(__name__)

@@ -110,7 +110,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 class PublishingSession(Session):
     """The sync session behind the server's AsyncSessions (backend.app): listeners publish
-    what its transactions commit (backend.streams.events) and tell the cluster board
+    what its transactions commit (backend.streams.publishing) and tell the cluster board
     (backend.jobs.cluster_changes), when its info holds a broker or a board. Defined here, on
     the floor both stand on."""
 

@@ -25,7 +25,7 @@ from backend.hosts.models import Device, Host
 from backend.jobs import cluster_changes as changes
 from backend.jobs import models, task_writes, versioning
 from backend.jobs.models import Job, Task
-from backend.streams import events
+from backend.streams import publishing
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,14 @@ HOOKS: tuple[Hook, ...] = (
     Hook(Host, "after_delete", changes.note_written),
     Hook(Host, "after_update", changes.note_updated),
     # The server's sessions: job events and board changes kept until their transaction ends.
-    Hook(PublishingSession, "after_flush", events.collect),
-    Hook(PublishingSession, "after_transaction_create", events.savepoint_begun),
+    Hook(PublishingSession, "after_flush", publishing.collect),
+    Hook(PublishingSession, "after_transaction_create", publishing.savepoint_begun),
     # After commit: the job events published, the board told (each independent of the other).
-    Hook(PublishingSession, "after_commit", events.publish),
+    Hook(PublishingSession, "after_commit", publishing.publish),
     Hook(PublishingSession, "after_commit", changes.hand_over),
-    Hook(PublishingSession, "after_rollback", events.discard),
+    Hook(PublishingSession, "after_rollback", publishing.discard),
     Hook(PublishingSession, "after_soft_rollback", changes.rolled_back),
-    Hook(PublishingSession, "after_transaction_end", events.transaction_ended),
+    Hook(PublishingSession, "after_transaction_end", publishing.transaction_ended),
 )
 
 

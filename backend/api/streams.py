@@ -37,7 +37,6 @@ from backend.jobs import queries
 from backend.jobs.models import Job, JobEvent
 from backend.streams.broker import CLUSTER_TOPIC, SubscriberTooSlow, job_topic
 from backend.streams.cursor import Cursor, InvalidCursor
-from backend.streams.events import event_frame
 from backend.streams.frames import (
     HISTORY_END,
     SUBSCRIBE_EXAMPLE,
@@ -46,6 +45,7 @@ from backend.streams.frames import (
     Subscribe,
 )
 from backend.streams.history import advance, job_history
+from backend.streams.publishing import event_frame
 from backend.teams.access import Access, ProjectRole, load_access
 
 # Subscribe is defined with the other frames; it is also this router's to export.

@@ -17,7 +17,7 @@ from backend.errors import Conflict
 from backend.jobs.events import EventKind
 from backend.jobs.models import Job, JobEvent
 from backend.jobs.states import JobStatus, can_transition
-from backend.streams.events import publish_after_commit
+from backend.streams.publishing import publish_after_commit
 
 
 class IllegalTransition(Conflict):

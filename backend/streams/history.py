@@ -13,11 +13,11 @@ from agents.protocol import MetricPoint as WirePoint
 from backend.db import to_the_end
 from backend.jobs.models import JobEvent, Task
 from backend.streams.cursor import Cursor, attempt_id
-from backend.streams.events import event_frame
 from backend.streams.frames import CheckpointFrame, EventFrame, LogFrame, MetricsFrame, ServerFrame
 from backend.streams.ingest import metrics_frame
 from backend.streams.logs import LogStore
 from backend.streams.models import MetricPoint
+from backend.streams.publishing import event_frame
 
 HISTORY_EVENTS = 1_000  # the newest ones, when there are more
 HISTORY_POINTS = 20_000  # per task attempt, the newest ones

@@ -28,7 +28,7 @@ BEFORE_FLUSH = [
     "backend.jobs.versioning.update_jobs_together",
     "backend.audit.service.name_the_actor",
 ]
-AFTER_COMMIT = ["backend.streams.events.publish", "backend.jobs.cluster_changes.hand_over"]
+AFTER_COMMIT = ["backend.streams.publishing.publish", "backend.jobs.cluster_changes.hand_over"]
 
 
 @pytest.fixture

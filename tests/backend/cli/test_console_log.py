@@ -21,7 +21,7 @@ from backend.jobs.states import JobStatus
 from backend.migrate import upgrade_database
 from backend.scheduling.lifecycle import transition_job
 from backend.streams.broker import Broker
-from backend.streams.events import BROKER
+from backend.streams.publishing import BROKER
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.factories import create_job, make_spec
 from tests.support.processes import strata_server

@@ -14,8 +14,8 @@ from backend.jobs.models import Job, JobEvent
 from backend.jobs.spec import JobSpec
 from backend.scheduling.lifecycle import StoredEvent, record_events
 from backend.streams.broker import Broker, Subscription, job_topic
-from backend.streams.events import BROKER
 from backend.streams.frames import EventFrame
+from backend.streams.publishing import BROKER
 from tests.support.factories import create_job, make_spec
 
 ADA = Principal(kind=TokenKind.user, user_name="ada")

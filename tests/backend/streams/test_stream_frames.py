@@ -20,10 +20,10 @@ from backend.api.streams import document_frames
 from backend.app import create_app
 from backend.config import Settings
 from backend.jobs.models import JobEvent
-from backend.streams.events import event_frame
 from backend.streams.frames import MetricsFrame, ServerFrame, StreamFrame
 from backend.streams.history import log_frame
 from backend.streams.ingest import metrics_frame
+from backend.streams.publishing import event_frame
 from tests.conftest import ADMIN_TOKEN, make_settings
 from tests.support.factories import make_spec
 from tests.support.runtime_channel import reply, runtime
