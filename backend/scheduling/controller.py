@@ -27,7 +27,7 @@ from backend.config import Settings
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.executors import Executors
-from backend.scheduling.outbox import Outbox
+from backend.scheduling.outbox import CommandOutbox
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
@@ -160,7 +160,7 @@ class Controller:
         for note in tx.after_commit:
             note()
 
-    def send(self, outbox: Outbox) -> None:
+    def send(self, outbox: CommandOutbox) -> None:
         """Send the commands of a committed transaction."""
         self.view.commanded(outbox.hosts())
         self.executors.agents.send(outbox)

@@ -23,7 +23,7 @@ from backend.jobs.spec import JobSpec
 from backend.scheduling.placement import HostCapacity
 
 if TYPE_CHECKING:
-    from backend.scheduling.outbox import Outbox
+    from backend.scheduling.outbox import CommandOutbox
 
 
 class Agents(Protocol):
@@ -49,15 +49,17 @@ class Agents(Protocol):
         """The host's agent said it is stopping: place nothing new there."""
         ...
 
-    def start(self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool) -> None:
+    def start(self, outbox: CommandOutbox, host: str, job: Job, task: Task, *, force: bool) -> None:
         """Decide to start the task's current attempt on the host (sent after commit)."""
         ...
 
-    def stop(self, outbox: Outbox, host: str, key: TaskKey, reason: str, *, force: bool) -> None:
+    def stop(
+        self, outbox: CommandOutbox, host: str, key: TaskKey, reason: str, *, force: bool
+    ) -> None:
         """Decide to stop that attempt on the host (sent after commit)."""
         ...
 
-    def send(self, outbox: Outbox) -> None:
+    def send(self, outbox: CommandOutbox) -> None:
         """Deliver what a committed transaction decided."""
         ...
 

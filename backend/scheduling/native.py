@@ -22,7 +22,7 @@ from backend.jobs.models import Job, Task
 from backend.jobs.states import LIVE_TASK_STATUSES
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.launch import JobLaunch
-from backend.scheduling.outbox import Outbox
+from backend.scheduling.outbox import CommandOutbox
 from backend.scheduling.placement import HostCapacity
 
 RESEND_SECONDS = 5.0  # how long an unanswered start or stop waits before it is sent again
@@ -54,7 +54,7 @@ class NativeAgents:
     def leaving(self, host: str) -> None:
         self.hub.mark_leaving(host)
 
-    def due(self, outbox: Outbox, kind: str, key: TaskKey, *, force: bool = False) -> bool:
+    def due(self, outbox: CommandOutbox, kind: str, key: TaskKey, *, force: bool = False) -> bool:
         """Whether a command of this kind for this attempt may be decided in this outbox's
         transaction: not twice in one, nor within RESEND_SECONDS of when it was last sent
         unless forced. Only `send` notes a command as sent: decided in a transaction that
@@ -76,7 +76,7 @@ class NativeAgents:
             self._prune_above = max(1024, 2 * len(self._sent))
 
     def start(
-        self, outbox: Outbox, host: str, job: Job, task: Task, *, force: bool = False
+        self, outbox: CommandOutbox, host: str, job: Job, task: Task, *, force: bool = False
     ) -> None:
         if self.due(outbox, "start", task.key, force=force):
             outbox.add(host, self.start_message(job, task), command=("start", task.key))
@@ -118,14 +118,14 @@ class NativeAgents:
         return self._resolved_checkpoints[1]
 
     def stop(
-        self, outbox: Outbox, host: str, key: TaskKey, reason: str, *, force: bool = False
+        self, outbox: CommandOutbox, host: str, key: TaskKey, reason: str, *, force: bool = False
     ) -> None:
         if self.due(outbox, "stop", key, force=force):
             grace = self.settings.stop_grace_seconds
             message = StopTask(key=key, grace_seconds=grace, reason=reason)
             outbox.add(host, message, command=("stop", key))
 
-    def send(self, outbox: Outbox) -> None:
+    def send(self, outbox: CommandOutbox) -> None:
         """Send what a committed transaction decided (messages taken out of its outbox to be
         sent by the caller are noted as sent too)."""
         self.sent(outbox.commands)

@@ -8,7 +8,7 @@ from agents.protocol import ServerMessage, TaskKey
 
 
 @dataclass
-class Outbox:
+class CommandOutbox:
     """Commands decided inside a transaction, sent only once it has committed."""
 
     messages: list[tuple[str, ServerMessage]] = field(default_factory=list)

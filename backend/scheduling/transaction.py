@@ -15,14 +15,14 @@ from agents.protocol import TaskKey
 from backend.jobs.models import Job, Task
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.executors import Agents, Executors
-from backend.scheduling.outbox import Outbox
+from backend.scheduling.outbox import CommandOutbox
 
 
 @dataclass
 class Transaction:
     session: AsyncSession
     executors: Executors  # where tasks run: each job's executor, over the agents
-    outbox: Outbox = field(default_factory=Outbox)
+    outbox: CommandOutbox = field(default_factory=CommandOutbox)
     # What to note in memory once the transaction has committed (never if it rolls back).
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     monitor: ServerMetrics | None = None  # the server's instruments (/metrics)

@@ -29,7 +29,7 @@ from backend.scheduling.executors import Executors
 from backend.scheduling.hub import AgentHub
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.native import NativeAgents
-from backend.scheduling.outbox import Outbox
+from backend.scheduling.outbox import CommandOutbox
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
@@ -87,7 +87,7 @@ class World:
     def pace(self) -> HeartbeatPace:
         return HeartbeatPace.from_settings(self.settings)
 
-    async def run(self, reconciler: Reconciler) -> Outbox:
+    async def run(self, reconciler: Reconciler) -> CommandOutbox:
         """One reconciler in its own transaction, committed, its notes applied and its
         commands sent (to the fake hub), as the controller does."""
         async with self.sessions() as session:
