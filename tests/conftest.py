@@ -43,14 +43,14 @@ def pytest_runtest_makereport(
 DOCKER_FILES = frozenset({"tests/e2e/test_compose.py", "tests/e2e/test_environments.py"})
 
 
-def _file(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def _weight(item: pytest.Item) -> int:
     """How early an item's file is handed out: the longest kinds first, so that no worker
     starts a long file when the others are nearly done."""
-    if _file(item) in DOCKER_FILES:
+    if _file(item.nodeid) in DOCKER_FILES:
         return 0
     for rank, marker in enumerate(("e2e", "slow", "postgres"), start=1):
         if item.get_closest_marker(marker) is not None:
@@ -67,7 +67,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
+            file = _file(nodeid)
             return "docker" if file in DOCKER_FILES else file
 
     return FileScheduling(config, log)
@@ -78,10 +78,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     The order is the same in every worker, as xdist requires."""
     by_file: dict[str, int] = {}
     for item in items:
-        file = _file(item)
+        file = _file(item.nodeid)
         by_file[file] = min(by_file.get(file, 4), _weight(item))
     order = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (by_file[_file(item)], order[id(item)]))
+    items.sort(key=lambda item: (by_file[_file(item.nodeid)], order[id(item)]))
 
 
 @pytest.fixture(scope="session", autouse=True)
