@@ -71,9 +71,15 @@ def test_points_are_passed_on_and_written_with_their_step_and_wall_time(tmp_path
     sink.put("loss", 1.5, 20, 1_700_000_001.5)
     sink.put("eval/accuracy", 0.75, 20)
     assert recorder.series("loss") == [(10, 2.5), (20, 1.5)]  # the server still gets them
+    # The writer thread's own drain, without a flush: the file can exist (its header written)
+    # before the points are in it, so wait for what is read, not for the file.
     deadline = time.monotonic() + 10
-    while not list(tmp_path.glob("events.out.tfevents.*")) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the writer thread's own drain, without a flush
+    while time.monotonic() < deadline:
+        if list(tmp_path.glob("events.out.tfevents.*")):
+            read = scalars(tmp_path)
+            if len(read.get("loss", [])) == 2 and "eval/accuracy" in read:
+                break
+        time.sleep(0.05)
     read = scalars(tmp_path)
     assert [(step, value) for step, value, _ in read["loss"]] == [(10, 2.5), (20, 1.5)]
     assert [wall for *_, wall in read["loss"]] == pytest.approx([1_700_000_000.5, 1_700_000_001.5])
