@@ -65,6 +65,12 @@ def test_only_a_reporting_task_with_a_dir_writes(tmp_path: Path) -> None:
 
 
 def test_points_are_passed_on_and_written_with_their_step_and_wall_time(tmp_path: Path) -> None:
+    # The writer thread's first drain imports TensorBoard's writer and TensorFlow, which can
+    # take longer than the wait below on a loaded machine: import them (and the reader) first.
+    from tensorboard.compat.proto import event_pb2  # noqa: F401
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: F401
+
+    assert scalars(tmp_path) == {}
     recorder = Recorder()
     sink = EventFileSink(recorder, tmp_path, interval=0.05)
     sink.put("loss", 2.5, 10, 1_700_000_000.5)
@@ -73,7 +79,7 @@ def test_points_are_passed_on_and_written_with_their_step_and_wall_time(tmp_path
     assert recorder.series("loss") == [(10, 2.5), (20, 1.5)]  # the server still gets them
     # The writer thread's own drain, without a flush: the file can exist (its header written)
     # before the points are in it, so wait for what is read, not for the file.
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if list(tmp_path.glob("events.out.tfevents.*")):
             read = scalars(tmp_path)
