@@ -1,0 +1,76 @@
+"""How `make test` hands test files to pytest-xdist workers.
+
+Each file runs whole on one worker, so a module's fixtures (a cluster, a Slurm, an image) are
+made once. Files that start clusters of TensorFlow processes (tests/e2e/) are heavy: at most
+`heavy_lanes` workers run one at a time, each under deadlines of its own, while the other
+workers take the light files. The Docker files share one scope: two engines on one machine
+contend for the default bridge and its iptables rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from xdist.scheduler import LoadScopeScheduling
+
+E2E_DIR = "tests/e2e/"
+DOCKER_FILES = frozenset({"tests/e2e/test_compose.py", "tests/e2e/test_environments.py"})
+DOCKER_SCOPE = "docker"
+
+
+def file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def scope_of(nodeid: str) -> str:
+    file = file_of(nodeid)
+    return DOCKER_SCOPE if file in DOCKER_FILES else file
+
+
+def is_heavy(scope: str) -> bool:
+    return scope == DOCKER_SCOPE or scope.startswith(E2E_DIR)
+
+
+class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+    """LoadScopeScheduling by file, with at most `heavy_lanes` workers on heavy files."""
+
+    def __init__(self, config: Any, log: Any = None, *, heavy_lanes: int) -> None:
+        super().__init__(config, log)
+        self.heavy_lanes = max(1, heavy_lanes)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid)
+
+    def _runs_heavy(self, node: Any) -> bool:
+        return any(
+            is_heavy(scope) and not all(done.values())
+            for scope, done in self.assigned_work.get(node, {}).items()
+        )
+
+    def _next_scope(self, node: Any) -> str | None:
+        """The first queued scope this node may take: a heavy one only while fewer than
+        `heavy_lanes` other workers have one, and never a second one on the same worker."""
+        heavy_busy = self._runs_heavy(node) or (
+            sum(self._runs_heavy(other) for other in self.nodes if other is not node)
+            >= self.heavy_lanes
+        )
+        queued: list[str] = list(self.workqueue)
+        return next((s for s in queued if not (heavy_busy and is_heavy(s))), None)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        scope = self._next_scope(node)
+        if scope is None:
+            return  # only heavy files are left, and their lanes are full: wait for one
+        work_unit = self.workqueue.pop(scope)
+        self.assigned_work.setdefault(node, {})[scope] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some(
+            [collection.index(nodeid) for nodeid, completed in work_unit.items() if not completed]
+        )
+
+    def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+        super().mark_test_complete(node, item_index, duration)
+        # A heavy lane may have come free: idle workers that waited for one look again.
+        for other in self.nodes:
+            if other is not node and self._pending_of(self.assigned_work.get(other, {})) == 0:
+                self._reschedule(other)

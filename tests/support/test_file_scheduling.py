@@ -1,0 +1,107 @@
+"""The scheduler `make test` runs under, driven with stand-in workers: each file whole on one
+worker, never more heavy (end-to-end) files at once than its lanes, and every test run once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from tests.support.file_scheduling import FileScheduling, is_heavy, scope_of
+
+COLLECTION = [
+    "tests/e2e/test_a.py::test_one",
+    "tests/e2e/test_a.py::test_two",
+    "tests/e2e/test_b.py::test_one",
+    "tests/e2e/test_compose.py::test_one",
+    "tests/e2e/test_environments.py::test_one",
+    "tests/e2e/test_c.py::test_one",
+    *(f"tests/backend/test_light_{n}.py::test_{i}" for n in range(6) for i in range(4)),
+]
+
+
+@dataclass(eq=False)
+class StandInWorker:
+    """What the scheduler sees of a worker: the tests it was sent, and whether it was told
+    to shut down."""
+
+    name: str
+    gateway: Any = None
+    queue: list[int] = field(default_factory=list)
+    shutting_down: bool = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.queue.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def scheduler(workers: int, lanes: int) -> tuple[FileScheduling, list[StandInWorker]]:
+    config = SimpleNamespace(
+        getvalue=lambda name: {"tx": [f"{workers}*popen"]}[name],
+        option=SimpleNamespace(loadscopereorder=False),
+    )
+    scheduling = FileScheduling(config, heavy_lanes=lanes)
+    nodes = [StandInWorker(f"gw{n}") for n in range(workers)]
+    for node in nodes:
+        node.gateway = SimpleNamespace(id=node.name)
+    for node in nodes:
+        scheduling.add_node(node)
+        scheduling.add_node_collection(node, COLLECTION)
+    scheduling.schedule()
+    return scheduling, nodes
+
+
+def heavy_scopes_running(scheduling: FileScheduling, node: Any) -> list[str]:
+    return [
+        scope
+        for scope, done in scheduling.assigned_work[node].items()
+        if is_heavy(scope) and not all(done.values())
+    ]
+
+
+def run_to_the_end(workers: int, lanes: int) -> tuple[list[str], int]:
+    """Runs every worker's tests one at a time, round robin, as they are sent. Returns the
+    tests in the order they ran and the most heavy scopes that were ever running at once."""
+    scheduling, nodes = scheduler(workers, lanes)
+    ran: list[str] = []
+    most_heavy = 0
+    while not scheduling.tests_finished:
+        progressed = False
+        for node in nodes:
+            most_heavy = max(
+                most_heavy, sum(len(heavy_scopes_running(scheduling, n)) for n in nodes)
+            )
+            if node.queue:
+                index = node.queue.pop(0)
+                ran.append(COLLECTION[index])
+                scheduling.mark_test_complete(node, index)
+                progressed = True
+        assert progressed, "no worker has a test to run, yet the scheduler is not finished"
+    for node in nodes:  # what is left on each is its last two tests, run after the end
+        ran.extend(COLLECTION[index] for index in node.queue)
+    return ran, most_heavy
+
+
+def test_the_docker_files_are_one_scope_and_the_e2e_files_are_heavy() -> None:
+    assert scope_of("tests/e2e/test_compose.py::test_one") == "docker"
+    assert scope_of("tests/e2e/test_environments.py::test_x[a]") == "docker"
+    assert scope_of("tests/e2e/test_jobs.py::test_x") == "tests/e2e/test_jobs.py"
+    assert is_heavy("docker") and is_heavy("tests/e2e/test_jobs.py")
+    assert not is_heavy("tests/backend/test_light_0.py")
+
+
+def test_every_test_runs_once_with_at_most_the_lanes_heavy_at_once() -> None:
+    for workers, lanes in [(4, 1), (4, 2), (2, 1), (3, 3)]:
+        ran, most_heavy = run_to_the_end(workers, lanes)
+        assert sorted(ran) == sorted(COLLECTION), (workers, lanes)
+        assert most_heavy == min(lanes, 4), (workers, lanes)  # 4 heavy scopes in all
+
+
+def test_a_worker_never_holds_two_heavy_files_and_light_ones_fill_the_other_workers() -> None:
+    scheduling, nodes = scheduler(workers=4, lanes=2)
+    heavy = [heavy_scopes_running(scheduling, node) for node in nodes]
+    assert [len(scopes) for scopes in heavy] == [1, 1, 0, 0]
+    for node in nodes[2:]:
+        assert all(not is_heavy(scope) for scope in scheduling.assigned_work[node])
