@@ -51,8 +51,9 @@ def _weight(item: pytest.Item) -> int:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """Under `--dist loadfile` (make test) each file runs whole on one worker, and at most
-    STRATA_TEST_HEAVY_LANES workers (default 2) run end-to-end files at once."""
+    """Under `--dist loadfile` (make test) each file runs whole on one worker; one worker
+    runs end-to-end files while light files are queued, then up to STRATA_TEST_HEAVY_LANES
+    (default 2)."""
     if config.getvalue("dist") != "loadfile":
         return None
     import os
@@ -60,7 +61,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     from tests.support.file_scheduling import FileScheduling
 
     lanes = int(os.environ.get("STRATA_TEST_HEAVY_LANES", "2"))
-    return FileScheduling(config, log, heavy_lanes=lanes)
+    return FileScheduling(config, log, heavy_lanes=lanes, lanes_beside_light=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,10 +1,11 @@
 """How `make test` hands test files to pytest-xdist workers.
 
 Each file runs whole on one worker, so a module's fixtures (a cluster, a Slurm, an image) are
-made once. Files that start clusters of TensorFlow processes (tests/e2e/) are heavy: at most
-`heavy_lanes` workers run one at a time, each under deadlines of its own, while the other
-workers take the light files. The Docker files share one scope: two engines on one machine
-contend for the default bridge and its iptables rules.
+made once. Files that start clusters of TensorFlow processes (tests/e2e/) are heavy, each
+under deadlines of its own: while light files are still queued, `lanes_beside_light` workers
+run heavy ones and the others take the light files; once every light file is handed out, up
+to `heavy_lanes` workers run heavy ones. The Docker files share one scope: two engines on one
+machine contend for the default bridge and its iptables rules.
 """
 
 from __future__ import annotations
@@ -32,11 +33,18 @@ def is_heavy(scope: str) -> bool:
 
 
 class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
-    """LoadScopeScheduling by file, with at most `heavy_lanes` workers on heavy files."""
+    """LoadScopeScheduling by file, with a bounded number of workers on heavy files."""
 
-    def __init__(self, config: Any, log: Any = None, *, heavy_lanes: int) -> None:
+    def __init__(
+        self, config: Any, log: Any = None, *, heavy_lanes: int, lanes_beside_light: int = 1
+    ) -> None:
         super().__init__(config, log)
         self.heavy_lanes = max(1, heavy_lanes)
+        self.lanes_beside_light = max(1, min(lanes_beside_light, self.heavy_lanes))
+
+    def _lanes(self) -> int:
+        light_queued = any(not is_heavy(scope) for scope in self.workqueue)
+        return self.lanes_beside_light if light_queued else self.heavy_lanes
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid)
@@ -48,11 +56,11 @@ class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is unt
         )
 
     def _next_scope(self, node: Any) -> str | None:
-        """The first queued scope this node may take: a heavy one only while fewer than
-        `heavy_lanes` other workers have one, and never a second one on the same worker."""
+        """The first queued scope this node may take: a heavy one only while fewer other
+        workers than the lanes have one, and never a second one on the same worker."""
         heavy_busy = self._runs_heavy(node) or (
             sum(self._runs_heavy(other) for other in self.nodes if other is not node)
-            >= self.heavy_lanes
+            >= self._lanes()
         )
         queued: list[str] = list(self.workqueue)
         return next((s for s in queued if not (heavy_busy and is_heavy(s))), None)

@@ -1,5 +1,6 @@
 """The scheduler `make test` runs under, driven with stand-in workers: each file whole on one
-worker, never more heavy (end-to-end) files at once than its lanes, and every test run once."""
+worker, never more heavy (end-to-end) files at once than its lanes (fewer while light files
+are queued), and every test run once."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ from typing import Any
 
 from tests.support.file_scheduling import FileScheduling, is_heavy, scope_of
 
+HEAVY_FILES = ["tests/e2e/test_a.py", "tests/e2e/test_b.py", "tests/e2e/test_c.py"]
 COLLECTION = [
-    "tests/e2e/test_a.py::test_one",
-    "tests/e2e/test_a.py::test_two",
-    "tests/e2e/test_b.py::test_one",
+    *(f"{file}::test_{i}" for file in HEAVY_FILES for i in range(6)),
     "tests/e2e/test_compose.py::test_one",
     "tests/e2e/test_environments.py::test_one",
-    "tests/e2e/test_c.py::test_one",
-    *(f"tests/backend/test_light_{n}.py::test_{i}" for n in range(6) for i in range(4)),
+    *(f"tests/backend/test_light_{n}.py::test_{i}" for n in range(6) for i in range(3)),
 ]
+HEAVY_SCOPES = len(HEAVY_FILES) + 1  # the two Docker files are one
 
 
 @dataclass(eq=False)
@@ -37,12 +37,14 @@ class StandInWorker:
         self.shutting_down = True
 
 
-def scheduler(workers: int, lanes: int) -> tuple[FileScheduling, list[StandInWorker]]:
+def scheduler(
+    workers: int, lanes: int, beside_light: int = 1
+) -> tuple[FileScheduling, list[StandInWorker]]:
     config = SimpleNamespace(
         getvalue=lambda name: {"tx": [f"{workers}*popen"]}[name],
         option=SimpleNamespace(loadscopereorder=False),
     )
-    scheduling = FileScheduling(config, heavy_lanes=lanes)
+    scheduling = FileScheduling(config, heavy_lanes=lanes, lanes_beside_light=beside_light)
     nodes = [StandInWorker(f"gw{n}") for n in range(workers)]
     for node in nodes:
         node.gateway = SimpleNamespace(id=node.name)
@@ -61,18 +63,20 @@ def heavy_scopes_running(scheduling: FileScheduling, node: Any) -> list[str]:
     ]
 
 
-def run_to_the_end(workers: int, lanes: int) -> tuple[list[str], int]:
+def run_to_the_end(workers: int, lanes: int, beside_light: int) -> tuple[list[str], int, int]:
     """Runs every worker's tests one at a time, round robin, as they are sent. Returns the
-    tests in the order they ran and the most heavy scopes that were ever running at once."""
-    scheduling, nodes = scheduler(workers, lanes)
+    tests in the order they ran, and the most heavy scopes running at once while light
+    files were still queued and at any time."""
+    scheduling, nodes = scheduler(workers, lanes, beside_light)
     ran: list[str] = []
-    most_heavy = 0
+    most_beside_light = most = 0
     while not scheduling.tests_finished:
         progressed = False
         for node in nodes:
-            most_heavy = max(
-                most_heavy, sum(len(heavy_scopes_running(scheduling, n)) for n in nodes)
-            )
+            running = sum(len(heavy_scopes_running(scheduling, n)) for n in nodes)
+            most = max(most, running)
+            if any(not is_heavy(scope) for scope in scheduling.workqueue):
+                most_beside_light = max(most_beside_light, running)
             if node.queue:
                 index = node.queue.pop(0)
                 ran.append(COLLECTION[index])
@@ -81,7 +85,7 @@ def run_to_the_end(workers: int, lanes: int) -> tuple[list[str], int]:
         assert progressed, "no worker has a test to run, yet the scheduler is not finished"
     for node in nodes:  # what is left on each is its last two tests, run after the end
         ran.extend(COLLECTION[index] for index in node.queue)
-    return ran, most_heavy
+    return ran, most_beside_light, most
 
 
 def test_the_docker_files_are_one_scope_and_the_e2e_files_are_heavy() -> None:
@@ -92,15 +96,17 @@ def test_the_docker_files_are_one_scope_and_the_e2e_files_are_heavy() -> None:
     assert not is_heavy("tests/backend/test_light_0.py")
 
 
-def test_every_test_runs_once_with_at_most_the_lanes_heavy_at_once() -> None:
-    for workers, lanes in [(4, 1), (4, 2), (2, 1), (3, 3)]:
-        ran, most_heavy = run_to_the_end(workers, lanes)
-        assert sorted(ran) == sorted(COLLECTION), (workers, lanes)
-        assert most_heavy == min(lanes, 4), (workers, lanes)  # 4 heavy scopes in all
+def test_every_test_runs_once_with_the_heavy_lanes_widening_once_light_files_are_out() -> None:
+    for workers, lanes, beside_light in [(4, 1, 1), (4, 2, 1), (4, 3, 2), (2, 1, 1), (3, 3, 3)]:
+        case = (workers, lanes, beside_light)
+        ran, most_beside_light, most = run_to_the_end(workers, lanes, beside_light)
+        assert sorted(ran) == sorted(COLLECTION), case
+        assert most_beside_light == beside_light, case
+        assert most == min(lanes, workers, HEAVY_SCOPES), case
 
 
 def test_a_worker_never_holds_two_heavy_files_and_light_ones_fill_the_other_workers() -> None:
-    scheduling, nodes = scheduler(workers=4, lanes=2)
+    scheduling, nodes = scheduler(workers=4, lanes=3, beside_light=2)
     heavy = [heavy_scopes_running(scheduling, node) for node in nodes]
     assert [len(scopes) for scopes in heavy] == [1, 1, 0, 0]
     for node in nodes[2:]:
