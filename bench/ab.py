@@ -73,6 +73,7 @@ def setting_for(
     cluster: Cluster, strategy: str, plan: Plan, variants: list[str], workdir: Path
 ) -> Setting:
     knobs = [HAND_VARIANTS[v] for v in variants if v in HAND_VARIANTS]
+    workdir.mkdir(parents=True, exist_ok=True)  # the by-hand runs' logs go under it
     job_id = UNUSED_JOB_ID
     spec = job_spec(strategy, plan, 0)
     if any(k.runtime != "off" for k in knobs):

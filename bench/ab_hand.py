@@ -52,6 +52,7 @@ class Started:
     protocol: OutputProtocol
     containment: Containment | None
     lines: list[str] = field(default_factory=list)
+    piped: bool = False  # its output is on pipes, to be drained once it has exited
 
     @property
     def pid(self) -> int:
@@ -142,7 +143,7 @@ async def start_task(
             )
     if containment is not None:
         containment.attach(transport.get_pid())
-    return Started(task, transport, protocol, containment, lines)
+    return Started(task, transport, protocol, containment, lines, piped=knobs.pipes)
 
 
 async def finish(started: list[Started], lead: Started, strategy: str) -> None:
@@ -157,9 +158,10 @@ async def finish(started: list[Started], lead: Started, strategy: str) -> None:
     async with asyncio.timeout(STOP_SECONDS):
         await asyncio.gather(*(s.protocol.exited for s in started))
     for one in started:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(DRAIN_SECONDS):
-                await asyncio.gather(*one.protocol.closed.values())
+        if one.piped:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    await asyncio.gather(*one.protocol.closed.values())
         one.transport.close()
         if one.containment is not None:
             one.containment.main_exited()
