@@ -100,6 +100,7 @@ def run_variant(
             number,
             runtime_callbacks=variant != "strata-bare",
             warm=variant == "strata-warm",
+            run_delay=True,
         )
     knobs = for_strategy(HAND_VARIANTS[variant], strategy)
     return run_hand(strategy, plan, knobs, setting, setting.job.checkpoint_root.parent)
@@ -162,6 +163,12 @@ def describe_settings(settings: dict[str, Setting]) -> dict[str, Any]:
     }
 
 
+def by_name(runs: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per name (a task, "machine", ...): its spread over the runs that have it."""
+    names = sorted({name for run in runs for name in run})
+    return {name: spread([run[name] for run in runs if name in run]) for name in names}
+
+
 def cpu_ratios(
     pairs: list[tuple[dict[str, Any], dict[str, Any]]], tasks: list[str]
 ) -> dict[str, dict[str, float]]:
@@ -193,14 +200,13 @@ def summarise(runs: dict[str, dict[str, list[dict[str, Any] | None]]]) -> dict[s
                 entry[variant] = {"failed": len(measured)}
                 continue
             cpu = [r["cpu_ms_per_step"] or {} for r in done]
+            waits = [r.get("run_delay_ms_per_step") or {} for r in done]
             figures: dict[str, Any] = {
                 "runs": len(done),
                 "steps_per_s": spread([r["steps_per_s"] for r in done]),
                 "machine_cores": spread([r["machine_cores"] for r in done]),
-                "cpu_ms_per_step": {
-                    name: spread([c[name] for c in cpu if name in c])
-                    for name in sorted({n for c in cpu for n in c})
-                },
+                "cpu_ms_per_step": by_name(cpu),
+                "run_delay_ms_per_step": by_name(waits),
             }
             pairs = [(r, b) for r, b in zip(measured, base, strict=True) if r and b]
             if variant != BASELINE and pairs:
@@ -216,7 +222,10 @@ def table(summary: dict[str, Any]) -> str:
     """The summary as text: one line per variant."""
     out = []
     for strategy, entry in summary.items():
-        out.append(f"{strategy}:  variant | steps/s | ÷ hand | CPU ms/step by task (÷ hand)")
+        out.append(
+            f"{strategy}:  variant | steps/s | ÷ hand | CPU ms/step by task (÷ hand)"
+            " | run-queue wait ms/step by task"
+        )
         for variant, figures in entry.items():
             if "failed" in figures:
                 out.append(f"  {variant}: all {figures['failed']} runs failed")
@@ -229,7 +238,10 @@ def table(summary: dict[str, Any]) -> str:
                 for task, s in figures["cpu_ms_per_step"].items()
                 if task != "machine"
             )
-            out.append(f"  {variant} | {steps} | {vs} | {cpu}")
+            wait = ", ".join(
+                f"{task} {s['median']:.2f}" for task, s in figures["run_delay_ms_per_step"].items()
+            )
+            out.append(f"  {variant} | {steps} | {vs} | {cpu} | waited for a CPU: {wait}")
     return "\n".join(out)
 
 

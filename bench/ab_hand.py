@@ -28,7 +28,17 @@ from bench.ab_env import Job, Scheduling, knob_env
 from bench.ab_variants import Knobs
 from bench.cpu_sampler import CpuSampler
 from bench.harness import REPO, machine_busy_seconds
-from bench.launch import Plan, Run, cpu_per_step, entrypoint, lead_task, read_run, tasks_of
+from bench.launch import (
+    Plan,
+    Run,
+    cpu_per_step,
+    entrypoint,
+    lead_task,
+    per_step,
+    read_run,
+    tasks_of,
+)
+from bench.run_delay import run_delay_seconds
 from tests.support.postgres import free_port
 
 SERVER_ENTRY = ["-m", "agents.runtime.server"]  # what Strata runs for PS workers and ps
@@ -169,10 +179,10 @@ async def finish(started: list[Started], lead: Started, strategy: str) -> None:
 
 
 async def run_tasks(
-    strategy: str, plan: Plan, knobs: Knobs, setting: Setting, logs: Path, sampler: CpuSampler
+    strategy: str, plan: Plan, knobs: Knobs, setting: Setting, logs: Path, *samplers: CpuSampler
 ) -> tuple[Started, int | None]:
-    """Starts every task, watches each in `sampler`, waits for the run to end; the lead task
-    and its exit code."""
+    """Starts every task, watches each in the samplers, waits for the run to end; the lead
+    task and its exit code."""
     configs = cluster_configs(strategy)
     started: list[Started] = []
     try:
@@ -180,7 +190,8 @@ async def run_tasks(
             env = knob_env(knobs, strategy, task, config, setting.job)
             argv = task_argv(strategy, task, plan, knobs)
             one = await start_task(task, argv, env, knobs, setting, logs)
-            sampler.watch(task, one.pid)
+            for sampler in samplers:
+                sampler.watch(task, one.pid)
             started.append(one)
         lead = next(s for s in started if s.task == lead_task(strategy))
         await finish(started, lead, strategy)
@@ -195,9 +206,9 @@ async def run_tasks(
 def run_hand(strategy: str, plan: Plan, knobs: Knobs, setting: Setting, workdir: Path) -> Run:
     """One by-hand run with these knobs; its figures as bench/launch.py's Run."""
     logs = Path(tempfile.mkdtemp(prefix=f"ab-{strategy}-", dir=workdir))
-    with CpuSampler() as sampler:
+    with CpuSampler() as sampler, CpuSampler(read=run_delay_seconds) as delays:
         started, busy = time.time(), machine_busy_seconds()
-        lead, code = asyncio.run(run_tasks(strategy, plan, knobs, setting, logs, sampler))
+        lead, code = asyncio.run(run_tasks(strategy, plan, knobs, setting, logs, sampler, delays))
         machine_cores = (machine_busy_seconds() - busy) / (time.time() - started)
     log_path = logs / f"{lead.task.replace(':', '-')}.log"
     lines = lead.lines if knobs.pipes else log_path.read_text(errors="replace").splitlines()
@@ -207,4 +218,5 @@ def run_hand(strategy: str, plan: Plan, knobs: Knobs, setting: Setting, workdir:
     run, window = read
     run.machine_cores = round(machine_cores, 2)
     run.cpu_ms_per_step = cpu_per_step(sampler, window, plan)
+    run.run_delay_ms_per_step = per_step(delays, window, plan)
     return run
