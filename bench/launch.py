@@ -348,7 +348,7 @@ def run_under_strata(
         finally:
             for recorder in recorders:
                 profiling.finish(recorder)
-            wait_no_processes(job_id, timeout=60)
+            wait_no_processes(job_id, server=cluster.url, timeout=60)
     lines = cluster.logs(job_id, lead_task(strategy))
     read = read_run(lines, started, plan)
     if job["status"] != "succeeded" or read is None:

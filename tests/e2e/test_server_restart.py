@@ -69,4 +69,4 @@ def test_training_survives_a_server_crash(tmp_path: Path) -> None:
             restarted_at,
             loss["wall_times"],
         )
-        wait_no_processes(job["id"])
+        wait_no_processes(job["id"], server=cluster.url)

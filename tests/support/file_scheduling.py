@@ -66,6 +66,8 @@ class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is unt
         return next((s for s in queued if not (heavy_busy and is_heavy(s))), None)
 
     def _assign_work_unit(self, node: Any) -> None:
+        if node not in self.registered_collections:
+            return  # a worker started in place of a crashed one, not done collecting yet
         scope = self._next_scope(node)
         if scope is None:
             return  # only heavy files are left, and their lanes are full: wait for one
