@@ -28,6 +28,7 @@ from agents.host.launcher import (
     resolve_working_dir,
     task_env,
 )
+from agents.host.lifelong_calls import in_own_thread
 from agents.protocol import MAX_LOG_LINE, StartTask, TaskExit, TaskKey
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class ContainerTask:
             reader = await asyncio.to_thread(self._run.start, on_output)
         except EngineError as exc:
             raise LaunchError(f"cannot run image {command.environment.image!r}: {exc}") from None
-        self._reader = asyncio.ensure_future(asyncio.to_thread(reader.join))
+        self._reader = in_own_thread(reader.join, f"{self.key.task}-output")
 
     def _share_writable(self, user: str, checkpoint_dir: str | None) -> None:
         """A root agent's task runs as nobody: it must still write its checkpoints and its
@@ -117,7 +118,7 @@ class ContainerTask:
     async def wait(self) -> TaskExit:
         assert self._run is not None
         try:
-            status, oom = await asyncio.to_thread(self._run.wait)
+            status, oom = await in_own_thread(self._run.wait, f"{self.key.task}-wait")
         finally:
             self._exited.set()
         if self._reader is not None:
