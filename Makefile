@@ -38,10 +38,10 @@ ui: frontend/dist/index.html
 up: install ui
 	$(BIN)/strata up --demo
 
-# Tests but the end-to-end ones run on this many pytest-xdist workers, each test file whole on
-# one (tests/conftest.py): most wait on processes they started, so more workers than cores pays.
-# The end-to-end tests run one at a time: each runs TensorFlow clusters against deadlines of its
-# own, and two cores carry one such test at a time, not four.
+# The tests run on this many pytest-xdist workers, each test file whole on one: most wait on
+# processes they started, so more workers than cores pays. At most STRATA_TEST_HEAVY_LANES of
+# them (tests/conftest.py, default 2) run end-to-end files at once: each runs TensorFlow
+# clusters against deadlines of its own.
 TEST_WORKERS ?= 4
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
@@ -49,8 +49,7 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint ui-check suite
 
 suite: install ui
-	$(BIN)/pytest -q $(PARALLEL) -m "not e2e" --cov --cov-report= --durations=10
-	$(BIN)/pytest -q -m e2e --cov --cov-append --cov-report=term:skip-covered --durations=10
+	$(BIN)/pytest -q $(PARALLEL) --cov --cov-report=term:skip-covered --durations=20
 
 ui-check: frontend/node_modules/.package-lock.json
 	cd frontend && npm run check

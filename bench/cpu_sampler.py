@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from bench.harness import cpu_seconds, machine_busy_seconds
@@ -19,8 +20,12 @@ MACHINE = "machine"
 
 
 class CpuSampler:
-    def __init__(self, period: float = 0.1) -> None:
+    """`read` gives a process's counter in seconds: its CPU time by default; any counter that
+    only grows will do (bench/run_delay.py's time spent waiting for a CPU)."""
+
+    def __init__(self, period: float = 0.1, read: Callable[[int], float] = cpu_seconds) -> None:
         self._period = period
+        self._read = read
         self._groups: dict[str, list[int]] = {}
         self._last: dict[int, float] = {}  # each pid's CPU at its last sample
         self._samples: dict[str, list[tuple[float, float]]] = {MACHINE: []}
@@ -58,7 +63,7 @@ class CpuSampler:
             self._samples[MACHINE].append((now, machine_busy_seconds()))
             for pid in {pid for pids in self._groups.values() for pid in pids}:
                 # A process that has exited reads 0: it keeps its last value instead.
-                self._last[pid] = max(cpu_seconds(pid), self._last.get(pid, 0.0))
+                self._last[pid] = max(self._read(pid), self._last.get(pid, 0.0))
             for name, pids in self._groups.items():
                 self._samples[name].append((now, sum(self._last[pid] for pid in pids)))
 

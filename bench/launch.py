@@ -69,6 +69,7 @@ from bench.recovery import (
     tensorflow_import_seconds,
     warm_process_pids,
 )
+from bench.run_delay import run_delay_seconds
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 from tests.support.postgres import free_port
 
@@ -116,6 +117,9 @@ class Run:
     # tasks started, by the scheduling policy of their main thread ("idle": SCHED_IDLE, as
     # they should import, taking only CPU that nothing else wants; "normal").
     refills: dict[str, int] | None = None
+    # Milliseconds per training step each task's threads waited for a CPU while runnable
+    # (bench/run_delay.py), where the run sampled it.
+    run_delay_ms_per_step: dict[str, float] | None = None
 
 
 def tasks_of(strategy: str) -> list[tuple[str, int]]:
@@ -170,6 +174,15 @@ def read_run(
         steps_per_s=round(window_steps(plan) / (window[1] - window[0]), 2),
     )
     return run, window
+
+
+def per_step(sampler: CpuSampler, window: tuple[float, float], plan: Plan) -> dict[str, float]:
+    """Milliseconds per step in the window of each sampled name's counter, the machine left out."""
+    return {
+        name: round(1000 * used / window_steps(plan), 3)
+        for name in sampler.names()
+        if (used := sampler.used(name, *window)) is not None
+    }
 
 
 def cpu_per_step(sampler: CpuSampler, window: tuple[float, float], plan: Plan) -> dict[str, float]:
@@ -298,15 +311,16 @@ def run_under_strata(
     runtime_callbacks: bool = True,
     profiles: Path | None = None,
     warm: bool = False,
+    run_delay: bool = False,
 ) -> Run:
     """One run through `POST /jobs`; with `profiles`, py-spy samples the tasks that run the
-    script into that folder."""
+    script into that folder; with `run_delay`, each task's wait for a CPU is sampled too."""
     spec = job_spec(strategy, plan, number, runtime_callbacks, warm)
     server, agents = cluster.process.pid, cluster.agent_pids()
     control_plane = [server, *agents]
     control_cpu = sum(cpu_seconds(pid) for pid in control_plane)
     recorders: list[subprocess.Popen[bytes]] = []
-    with CpuSampler() as sampler:
+    with CpuSampler() as sampler, CpuSampler(read=run_delay_seconds) as delays:
         sampler.watch(SERVER, server)
         sampler.watch(AGENTS, *agents)
         started, busy = time.time(), machine_busy_seconds()
@@ -315,6 +329,8 @@ def run_under_strata(
             pids = task_pids(cluster, job_id, strategy)
             for task, pid in pids.items():
                 sampler.watch(task, pid)
+                if run_delay:
+                    delays.watch(task, pid)
             recorders = profile_tasks(pids, strategy, profiles)
             refills = None
             if warm:
@@ -332,7 +348,7 @@ def run_under_strata(
         finally:
             for recorder in recorders:
                 profiling.finish(recorder)
-            wait_no_processes(job_id, timeout=60)
+            wait_no_processes(job_id, server=cluster.url, timeout=60)
     lines = cluster.logs(job_id, lead_task(strategy))
     read = read_run(lines, started, plan)
     if job["status"] != "succeeded" or read is None:
@@ -347,6 +363,8 @@ def run_under_strata(
     run.machine_cores = round(machine_cores, 2)
     run.control_plane_cores = round(control_cores, 2)
     run.cpu_ms_per_step = cpu_per_step(sampler, window, plan)
+    if run_delay:
+        run.run_delay_ms_per_step = per_step(delays, window, plan)
     run.refills = refills
     return run
 

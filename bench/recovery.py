@@ -274,7 +274,7 @@ def training_job(
     finally:
         watch.close()
         cluster.http.post(f"/jobs/{job_id}/cancel")
-        wait_no_processes(job_id, timeout=60)
+        wait_no_processes(job_id, server=cluster.url, timeout=60)
 
 
 def checkpoint_now(cluster: Cluster, requests: int) -> dict[str, Any]:

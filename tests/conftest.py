@@ -19,6 +19,7 @@ from backend.app import create_app
 from backend.config import Settings, async_database_url
 from backend.db import create_engine
 from backend.migrate import upgrade_database
+from tests.support.file_scheduling import DOCKER_SCOPE, E2E_DIR, file_of, scope_of
 from tests.support.postgres import create_database, drop_database, find_bindir, running_postgres
 from tests.support.strict import STRICT, missing_dependency
 
@@ -38,19 +39,10 @@ def pytest_runtest_makereport(
         report.longrepr = f"skipped under STRATA_TEST_STRICT=1: {report.longrepr}"
 
 
-# Files whose tests start a Docker engine of their own: two engines on one machine contend for
-# the default bridge and its iptables rules, so these files run one after the other.
-DOCKER_FILES = frozenset({"tests/e2e/test_compose.py", "tests/e2e/test_environments.py"})
-
-
-def _file(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
 def _weight(item: pytest.Item) -> int:
     """How early an item's file is handed out: the longest kinds first, so that no worker
     starts a long file when the others are nearly done."""
-    if _file(item.nodeid) in DOCKER_FILES:
+    if scope_of(item.nodeid) == DOCKER_SCOPE:
         return 0
     for rank, marker in enumerate(("e2e", "slow", "postgres"), start=1):
         if item.get_closest_marker(marker) is not None:
@@ -59,29 +51,32 @@ def _weight(item: pytest.Item) -> int:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """Under `--dist loadfile` (make test) each file runs whole on one worker, so a module's
-    fixtures (a cluster, a Slurm, an image) are made once; the Docker files share one worker."""
+    """Under `--dist loadfile` (make test) each file runs whole on one worker; one worker
+    runs end-to-end files while light files are queued, then up to STRATA_TEST_HEAVY_LANES
+    (default 2)."""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    import os
 
-    class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
-        def _split_scope(self, nodeid: str) -> str:
-            file = _file(nodeid)
-            return "docker" if file in DOCKER_FILES else file
+    from tests.support.file_scheduling import FileScheduling
 
-    return FileScheduling(config, log)
+    lanes = int(os.environ.get("STRATA_TEST_HEAVY_LANES", "2"))
+    return FileScheduling(config, log, heavy_lanes=lanes, lanes_beside_light=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Heavy files first, so that no worker starts a long file when the others are nearly done.
-    The order is the same in every worker, as xdist requires."""
+    The order is the same in every worker, as xdist requires. The end-to-end tests are the
+    files under tests/e2e/, and only those: the scheduler knows them by their path."""
     by_file: dict[str, int] = {}
     for item in items:
-        file = _file(item.nodeid)
+        in_e2e_dir = file_of(item.nodeid).startswith(E2E_DIR)
+        if in_e2e_dir != (item.get_closest_marker("e2e") is not None):
+            raise pytest.UsageError(f"{item.nodeid}: e2e tests are those in {E2E_DIR}, marked e2e")
+        file = file_of(item.nodeid)
         by_file[file] = min(by_file.get(file, 4), _weight(item))
     order = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda item: (by_file[_file(item.nodeid)], order[id(item)]))
+    items.sort(key=lambda item: (by_file[file_of(item.nodeid)], order[id(item)]))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -94,7 +94,9 @@ def assert_cancels_held(cluster: Cluster, answers: list[tuple[int, httpx.Respons
     deadline = time.monotonic() + SETTLE_SECONDS
     alive: dict[int, list[int]] = {}
     while time.monotonic() < deadline:
-        alive = {job_id: pids for job_id in cancelled if (pids := job_processes(job_id))}
+        alive = {
+            job_id: pids for job_id in cancelled if (pids := job_processes(job_id, cluster.url))
+        }
         if not alive:
             break
         time.sleep(0.5)
@@ -148,9 +150,9 @@ def test_the_process_check_is_not_vacuous(cluster: Cluster) -> None:
     """The same check finds the process of a job that was not cancelled."""
     job = cluster.submit(sleeper("not-cancelled"))
     cluster.wait_status(job["id"], "running", timeout=60)
-    assert job_processes(job["id"])
+    assert job_processes(job["id"], cluster.url)
     assert cluster.http.post(f"/jobs/{job['id']}/cancel").status_code == 200
     deadline = time.monotonic() + SETTLE_SECONDS
-    while job_processes(job["id"]) and time.monotonic() < deadline:
+    while job_processes(job["id"], cluster.url) and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert not job_processes(job["id"])
+    assert not job_processes(job["id"], cluster.url)

@@ -111,7 +111,7 @@ def test_checkpoint_now_and_the_sidecar_evaluator(cluster: Cluster) -> None:
     cluster.http.post(f"/jobs/{job_id}/cancel")
     refused = cluster.http.post(f"/jobs/{job_id}/checkpoint")
     assert refused.status_code == 409 and "is cancelled" in refused.json()["detail"]
-    wait_no_processes(job_id)
+    wait_no_processes(job_id, server=cluster.url)
 
 
 def test_a_spec_with_an_evaluator_starts_it_with_the_job(cluster: Cluster) -> None:
@@ -126,7 +126,8 @@ def test_a_spec_with_an_evaluator_starts_it_with_the_job(cluster: Cluster) -> No
         30,
         "with its evaluator stopped",
     )
-    wait_no_processes(job["id"])  # the evaluator's last points are flushed as it exits
+    # The evaluator's last points are flushed as it exits.
+    wait_no_processes(job["id"], server=cluster.url)
     loss = series(cluster, job["id"], "evaluator:0", "eval/loss")
     assert loss is not None and loss["steps"], "the evaluator reported nothing"
     # Stopped as training ended, it still evaluated the final checkpoint, once.

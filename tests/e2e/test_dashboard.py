@@ -262,7 +262,7 @@ def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
     page.locator(f'[data-testid="job-row"][data-job-id="{job_id}"] a').click()
     page.locator('[data-testid="job-status"][data-status="succeeded"]').wait_for(timeout=240_000)
     assert cluster.job(job_id)["status"] == "succeeded"
-    wait_no_processes(job_id)
+    wait_no_processes(job_id, server=cluster.url)
     assert time.monotonic() - started < 400
 
 

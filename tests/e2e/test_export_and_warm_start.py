@@ -38,7 +38,7 @@ def run(cluster: Cluster, spec: dict[str, Any]) -> dict[str, Any]:
         job["id"], lambda j: j["status"] in ("succeeded", "failed", "cancelled"), 280, "done"
     )
     assert done["status"] == "succeeded", (done["reason"], cluster.events(job["id"])[-10:])
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
     return done
 
 
@@ -185,4 +185,4 @@ def test_a_warm_start_from_nothing_fails_the_job_at_once_with_the_reason(
     failed = cluster.wait_status(job["id"], "failed", timeout=180)
     assert f"cannot warm-start from checkpoint.warm_start_from={missing}" in failed["reason"]
     assert [t["attempt"] for t in failed["tasks"]] == [0]  # not retried
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)

@@ -91,12 +91,12 @@ def test_a_second_agent_under_a_connected_name_is_refused_and_the_first_runs_on(
     assert not [m for m in events if "restart" in m or "lost" in m or "fail" in m], events
     hosts = {h["name"]: h for h in cluster.http.get("/hosts").json()}
     assert hosts[host]["status"] == "online" and hosts[host]["port_range"] != [29000, 29099]
-    assert pid in job_processes(job["id"])
+    assert pid in job_processes(job["id"], cluster.url)
 
     cancelled = cluster.http.post(f"/jobs/{job['id']}/cancel")
     assert cancelled.status_code == 200, cancelled.text
     cluster.wait_status(job["id"], "cancelled", timeout=60)
     deadline = time.monotonic() + 30
-    while job_processes(job["id"]):
-        assert time.monotonic() < deadline, job_processes(job["id"])
+    while job_processes(job["id"], cluster.url):
+        assert time.monotonic() < deadline, job_processes(job["id"], cluster.url)
         time.sleep(0.3)

@@ -70,7 +70,7 @@ def assert_trained(cluster: Cluster, job: dict[str, Any], deciding_task: str) ->
         60,
         "fully stopped",
     )
-    wait_no_processes(job_id)
+    wait_no_processes(job_id, server=cluster.url)
     assert all(t["host"] and t["port"] for t in done["tasks"])
 
 
@@ -117,7 +117,7 @@ def test_crashing_chief_fails_the_job_and_stops_the_servers(cluster: Cluster) ->
         60,
         "stopped",
     )
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def test_entrypoint_that_cannot_start(cluster: Cluster) -> None:
@@ -150,14 +150,14 @@ def test_cancel_stops_every_task(cluster: Cluster) -> None:
         python_job("sleeper", "import time; print('up', flush=True); time.sleep(600)")
     )
     cluster.wait_status(job["id"], "running", timeout=60)
-    assert job_processes(job["id"])
+    assert job_processes(job["id"], cluster.url)
     cancelled = cluster.http.post(f"/jobs/{job['id']}/cancel").json()
     assert cancelled["status"] == "cancelled"
     stopped = cluster.wait_for(
         job["id"], lambda j: j["tasks"][0]["status"] == "stopped", 30, "stopped"
     )
     assert stopped["tasks"][0]["exit_code"] == 128 + signal.SIGTERM
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def test_killed_agent_is_noticed_and_its_tasks_die_with_it(cluster: Cluster) -> None:
@@ -168,7 +168,7 @@ def test_killed_agent_is_noticed_and_its_tasks_die_with_it(cluster: Cluster) -> 
     job = cluster.submit(spec)
     running = cluster.wait_status(job["id"], "running", timeout=60)
     assert running["tasks"][0]["host"] == "doomed-host"
-    assert job_processes(job["id"])
+    assert job_processes(job["id"], cluster.url)
 
     doomed.send_signal(signal.SIGKILL)
     lost = cluster.wait_host("doomed-host", "lost", timeout=15)
@@ -176,16 +176,17 @@ def test_killed_agent_is_noticed_and_its_tasks_die_with_it(cluster: Cluster) -> 
     failed = cluster.wait_status(job["id"], "failed", timeout=15)
     assert failed["reason"].startswith("host doomed-host was lost")
     assert failed["tasks"][0]["status"] == "lost"
-    wait_no_processes(job["id"], timeout=10)  # the kernel killed it with its agent
+    # The kernel killed it with its agent.
+    wait_no_processes(job["id"], timeout=10, server=cluster.url)
 
 
 def test_process_check_sees_live_processes(cluster: Cluster) -> None:
     """The process-table check used above is not vacuous: it finds a running task."""
     job = cluster.submit(python_job("visible", "import time; time.sleep(600)"))
     cluster.wait_status(job["id"], "running", timeout=60)
-    assert len(job_processes(job["id"])) == 1
+    assert len(job_processes(job["id"], cluster.url)) == 1
     cluster.http.post(f"/jobs/{job['id']}/cancel")
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def test_submit_follow_streams_logs_and_exits_with_the_outcome(
@@ -319,4 +320,4 @@ def test_custom_training_loop_reports_through_the_runtime(cluster: Cluster) -> N
     }
     assert {"loss", "epoch_loss", "steps_per_sec"} <= set(series), set(series)
     assert series["epoch_loss"]["values"][-1] < series["epoch_loss"]["values"][0]
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)

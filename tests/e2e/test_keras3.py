@@ -86,7 +86,7 @@ def test_a_keras3_mirrored_job_streams_checkpoints_and_resumes_after_a_kill(
         60,
         "with its evaluator stopped",
     )
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
     evaluated = series(cluster, job["id"], "evaluator:0", "eval/loss")
     assert evaluated is not None and evaluated["steps"], "the sidecar evaluator reported nothing"
     assert evaluated["steps"][-1] == 200  # it evaluated the final checkpoint
@@ -106,4 +106,4 @@ def test_a_keras3_multi_worker_job_fails_at_once_saying_why(cluster: Cluster) ->
     reason = done["reason"]
     assert "Keras 3" in reason and "multi_worker_mirrored" in reason, reason
     assert "import tf_keras as keras" in reason, reason
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)

@@ -78,7 +78,7 @@ def test_a_killed_ps_worker_is_restarted_alone_and_training_goes_on(cluster: Clu
         60,
         "fully stopped",
     )
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def epoch_curve(cluster: Cluster, job_id: int, attempt: int) -> list[tuple[int, float]]:
@@ -118,7 +118,7 @@ def test_a_killed_ps_restarts_with_the_chief_which_resumes_from_its_backup(
     assert after[0][0] <= before[-1][0] + 1, (before, after)
     assert after[-1][0] == 10
     assert after[0][1] < 0.6 * before[0][1], (before, after)
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def test_a_job_that_keeps_failing_stops_at_max_restarts(cluster: Cluster) -> None:
@@ -171,7 +171,7 @@ def test_restarts_a_user_asked_for_leave_the_budget_to_failures(cluster: Cluster
     restarting = [e for e in cluster.events(job["id"]) if e["to_status"] == "restarting"]
     assert restarting[-1]["message"].endswith("restarting chief:0 in 0s (restart 1 of 3)")
     cluster.http.post(f"/jobs/{job['id']}/cancel")
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def test_exit_code_policy_does_not_retry_a_program_error(cluster: Cluster) -> None:
@@ -203,7 +203,7 @@ def test_a_lost_host_is_re_placed_and_the_job_completes(cluster: Cluster) -> Non
     assert done["restart_count"] == 1
     assert any("re-placing the job" in (e["message"] or "") for e in cluster.events(job["id"]))
     assert cluster.logs(job["id"], "chief:0") == ["attempt 1"]
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)
 
 
 def test_restart_requests_and_their_refusals(cluster: Cluster) -> None:
@@ -215,7 +215,7 @@ def test_restart_requests_and_their_refusals(cluster: Cluster) -> None:
     }
     job = cluster.submit(spec)
     cluster.wait_status(job["id"], "running", timeout=60)
-    before = set(job_processes(job["id"]))
+    before = set(job_processes(job["id"], cluster.url))
 
     answer = cluster.http.post(f"/jobs/{job['id']}/tasks/worker:0/restart")
     assert answer.status_code == 200
@@ -227,9 +227,9 @@ def test_restart_requests_and_their_refusals(cluster: Cluster) -> None:
         "running again on attempt 1",
     )
     deadline = time.monotonic() + 20
-    while set(job_processes(job["id"])) & before and time.monotonic() < deadline:
+    while set(job_processes(job["id"], cluster.url)) & before and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not set(job_processes(job["id"])) & before  # the old processes are gone
+    assert not set(job_processes(job["id"], cluster.url)) & before  # the old processes are gone
 
     env = {
         **os.environ,
@@ -264,4 +264,4 @@ def test_restart_requests_and_their_refusals(cluster: Cluster) -> None:
     )
     task_refused = cluster.http.post(f"/jobs/{job['id']}/tasks/worker:0/restart")
     assert task_refused.status_code == 409
-    wait_no_processes(job["id"])
+    wait_no_processes(job["id"], server=cluster.url)

@@ -17,11 +17,22 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EPOCH_LINE = re.compile(r"^epoch=(\d+) loss=")
 EPOCHS = 25
+# Long enough epochs that training still runs when the restarted server is back, however
+# slowly it starts: a task that ends while the server is down flushes its last points into
+# nothing (the runtime's exit flush is bounded).
+STEPS_PER_EPOCH = 60
 
 
 def test_training_survives_a_server_crash(tmp_path: Path) -> None:
     spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_ps.yaml").read_text())
-    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(EPOCHS)]
+    spec["entrypoint"] = [
+        "python",
+        "examples/digits.py",
+        "--epochs",
+        str(EPOCHS),
+        "--steps-per-epoch",
+        str(STEPS_PER_EPOCH),
+    ]
     with split_cluster(tmp_path / "data") as cluster:
         job = cluster.submit(spec)
         cluster.wait_for(
@@ -58,4 +69,4 @@ def test_training_survives_a_server_crash(tmp_path: Path) -> None:
             restarted_at,
             loss["wall_times"],
         )
-        wait_no_processes(job["id"])
+        wait_no_processes(job["id"], server=cluster.url)

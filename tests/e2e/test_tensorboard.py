@@ -65,7 +65,7 @@ def jobs(cluster: Cluster) -> list[int]:
         ids.append(cluster.submit(spec)["id"])
     for job_id in ids:
         cluster.wait_status(job_id, "succeeded", timeout=300)
-        wait_no_processes(job_id)
+        wait_no_processes(job_id, server=cluster.url)
     return ids
 
 

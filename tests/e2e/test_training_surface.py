@@ -64,7 +64,7 @@ def test_steps_per_execution_validation_and_evaluate(cluster: Cluster, strategy:
     job = cluster.submit(spec)
     job_id = job["id"]
     cluster.wait_status(job_id, "succeeded", timeout=300)
-    wait_no_processes(job_id)  # the last points are flushed as the chief exits
+    wait_no_processes(job_id, server=cluster.url)  # the last points are flushed as the chief exits
     _, reporter = SPECS[strategy]
     ends = [steps * (epoch + 1) for epoch in range(epochs)]
     for name in ("loss", "accuracy", "val_loss", "val_accuracy", "epoch"):
@@ -97,7 +97,7 @@ def test_parameter_server_chief_saves_twenty_checkpoints_without_retracing(
     job = cluster.submit(spec)
     job_id = job["id"]
     cluster.wait_status(job_id, "succeeded", timeout=300)
-    wait_no_processes(job_id)
+    wait_no_processes(job_id, server=cluster.url)
     saved = saved_checkpoints(cluster, job_id)
     assert len(saved) >= epochs, [c["name"] for c in saved]
     chief = cluster.logs(job_id, "chief:0")

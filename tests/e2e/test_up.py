@@ -23,13 +23,13 @@ def test_ctrl_c_stops_agents_and_their_running_tasks(tmp_path: Path) -> None:
             }
         )
         cluster.wait_status(job["id"], "running", timeout=60)
-        assert len(job_processes(job["id"])) == 2
+        assert len(job_processes(job["id"], cluster.url)) == 2
         agents = cluster.agent_pids()
         assert len(agents) == 1
         cluster.process.send_signal(signal.SIGINT)  # what Ctrl-C sends
         # uvicorn re-raises SIGINT once it has shut down: 130 is the shell's code for Ctrl-C.
         assert cluster.process.wait(timeout=60) in (0, 130)
-    wait_no_processes(job["id"], timeout=10)
+    wait_no_processes(job["id"], timeout=10, server=cluster.url)
     for pid in agents:
         assert (
             not Path(f"/proc/{pid}").exists()

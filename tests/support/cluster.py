@@ -125,12 +125,11 @@ class Cluster:
         raise AssertionError(f"host {name} not {status} within {timeout}s")
 
 
-def job_processes(job_id: int, server: str | None = None) -> list[int]:
-    """Pids of live processes started for a job: the agent tags each with STRATA_JOB_ID (and
-    STRATA_SERVER: given the cluster's URL, another cluster's job of that id is left out)."""
-    markers = [f"STRATA_JOB_ID={job_id}".encode()]
-    if server is not None:
-        markers.append(f"STRATA_SERVER={server}".encode())
+def job_processes(job_id: int, server: str) -> list[int]:
+    """Pids of live processes started for a job of the cluster at `server`: the agent tags
+    each with STRATA_JOB_ID and STRATA_SERVER (end-to-end files run side by side, and every
+    cluster has a job 1)."""
+    markers = [f"STRATA_JOB_ID={job_id}".encode(), f"STRATA_SERVER={server}".encode()]
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -143,7 +142,7 @@ def job_processes(job_id: int, server: str | None = None) -> list[int]:
     return found
 
 
-def wait_no_processes(job_id: int, timeout: float = 30, server: str | None = None) -> None:
+def wait_no_processes(job_id: int, *, server: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not job_processes(job_id, server):

@@ -18,7 +18,9 @@ from tests.support.postgres import free_port
 STRATA = [sys.executable, "-m", "backend.cli"]
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
+    """Returns once the server answers /healthz; its start can take a while beside the
+    TensorFlow clusters and the image builds of other test files."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,11 +22,21 @@ from backend.teams.roles import ProjectRole
 from backend.tokens.models import ApiToken
 from backend.tokens.service import PREFIX, token_hash
 from tests.backend.jobs.test_job_actions import arranged, connected_host
-from tests.conftest import ADMIN_TOKEN, Api
+from tests.conftest import ADMIN_TOKEN, Api, make_settings, serving
 from tests.support.factories import make_host, make_spec
 
 ADMIN = "admin token (from the server's settings)"  # Principal.label of the server's token
 FROM = ("10.1.2.3", 4711)  # the client's address as the server sees it
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """As the shared `api`, but its host is never lost: the stand-in agent of
+    `connected_host` sends no heartbeats, and a loaded machine can take longer than the
+    default timeout between the host's making and the last request."""
+    settings = make_settings(database_url, tmp_path / "data", heartbeat_timeout_seconds=3600.0)
+    async with serving(settings) as served:
+        yield served
 
 
 @pytest.fixture
