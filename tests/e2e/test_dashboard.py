@@ -9,7 +9,6 @@ dashboard must be built first (`make ui`; `make test` does it).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,7 +172,6 @@ def test_a_viewer_token_sees_everything_and_changes_nothing(cluster: Cluster, pa
 
 @pytest.mark.timeout(480)
 def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
-    started = time.monotonic()
     page.goto(f"{cluster.url}/ui/?token={cluster.admin_token}")
     page.get_by_test_id("jobs-page").wait_for()
     assert "token" not in page.url, "the token stays in the address bar"
@@ -263,7 +261,6 @@ def test_a_job_from_the_form_to_success(cluster: Cluster, page: Page) -> None:
     page.locator('[data-testid="job-status"][data-status="succeeded"]').wait_for(timeout=240_000)
     assert cluster.job(job_id)["status"] == "succeeded"
     wait_no_processes(job_id, server=cluster.url)
-    assert time.monotonic() - started < 400
 
 
 def bundle_project(root: Path) -> Path:

@@ -32,8 +32,9 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([0-9.]+)")
-# The agent each node runs: the real one, every one with the same port range.
-AGENT = "{strata} agent --workspace {repo} --port-range 21000-21099"
+# The agent each node runs: the real one, every one with the same port range, and no warm
+# processes, like every agent the suite starts (tests/conftest.py).
+AGENT = "{strata} agent --workspace {repo} --port-range 21000-21099 --warm-pool 0"
 
 
 class Server:

@@ -147,7 +147,8 @@ def test_an_agent_and_its_task_trust_the_server_through_the_ca_file(
                 str(REPO),
                 *options,
             ],
-            env=clean_env() | {"STRATA_AGENT_TOKEN": AGENT_TOKEN},
+            # No warm processes, like every agent the suite starts (tests/conftest.py).
+            env=clean_env() | {"STRATA_AGENT_TOKEN": AGENT_TOKEN, "STRATA_AGENT_WARM_POOL": "0"},
             stdout=(tmp_path / f"{name}.log").open("wb"),
             stderr=subprocess.STDOUT,
         )

@@ -10,6 +10,8 @@ not only the 404 branch. Each answer must:
   media type (so the dashboard's generated types are true for errors too);
 * reject negative input with a 4xx (negative_data_rejection).
 
+Each case goes to the app on SQLite and to the app on PostgreSQL, seeded alike.
+
 Excluded, with the reason:
 * the websocket routes (agent, runtime and stream channels): they are not in OpenAPI;
 * `positive_data_acceptance`: a body that fits the JobSpec schema can still break the
@@ -20,6 +22,7 @@ Excluded, with the reason:
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,13 +110,22 @@ async def _seed(app: Any) -> list[int]:
 
 
 @pytest.fixture
-def seeded_app(database_url: str, tmp_path: Path) -> Iterator[tuple[Any, list[int]]]:
-    app = create_app(make_settings(database_url, tmp_path / "data"))
-    ids = asyncio.run(_seed(app))
+def seeded_apps(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[dict[str, Any], list[int]]]:
+    """The app on SQLite and on PostgreSQL, each seeded alike: every generated case is sent to
+    both (Hypothesis draws the cases once, which is half the fuzzer's time)."""
+    sqlite = tmp_path / "strata.db"
+    shutil.copyfile(request.getfixturevalue("migrated_sqlite"), sqlite)
+    urls = {"sqlite": f"sqlite:///{sqlite}", "postgresql": request.getfixturevalue("postgres_url")}
+    apps = {name: create_app(make_settings(url, tmp_path / name)) for name, url in urls.items()}
     try:
-        yield app, ids
+        ids = {name: asyncio.run(_seed(app)) for name, app in apps.items()}
+        # A case's job ids must name the same rows on both databases.
+        assert ids["sqlite"] == ids["postgresql"], ids
+        yield apps, ids["sqlite"]
     finally:
-        # schemathesis keeps an app's lifespan running for the process; end this one here.
+        # schemathesis keeps an app's lifespan running for the process; end these here.
         asgi.shutdown_lifespans()
 
 
@@ -146,7 +158,10 @@ def _headers(case: Case[Any]) -> dict[str, str] | None:
 
 
 def _run(
-    operation: APIOperation[Any, Any, Any, Any], mode: GenerationMode, job_ids: list[int]
+    operation: APIOperation[Any, Any, Any, Any],
+    mode: GenerationMode,
+    job_ids: list[int],
+    apps: dict[str, Any],
 ) -> None:
     @settings(
         max_examples=EXAMPLES_PER_OPERATION,
@@ -157,16 +172,22 @@ def _run(
     )
     @given(case=_strategy(operation, mode, job_ids))
     def fuzz(case: Case[Any]) -> None:
-        case.call_and_validate(headers=_headers(case), checks=CHECKS)
+        for database, app in apps.items():
+            try:
+                case.call_and_validate(headers=_headers(case), checks=CHECKS, app=app)
+            except Exception as exc:
+                exc.add_note(f"on {database}")
+                raise
 
     fuzz()
 
 
-def test_every_operation_answers_as_its_schema_says(
-    seeded_app: tuple[Any, list[int]],
+@pytest.mark.postgres
+def test_every_operation_answers_as_its_schema_says_on_both_databases(
+    seeded_apps: tuple[dict[str, Any], list[int]],
 ) -> None:
-    app, job_ids = seeded_app
-    schema = from_asgi("/openapi.json", app)
+    apps, job_ids = seeded_apps
+    schema = from_asgi("/openapi.json", apps["sqlite"])
     # An Err (a part of the schema schemathesis cannot read) has no ok(): the test fails here.
     operations = [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]
     labels = {operation.label for operation in operations}
@@ -186,9 +207,10 @@ def test_every_operation_answers_as_its_schema_says(
             modes.append(GenerationMode.NEGATIVE)
         for mode in modes:
             try:
-                _run(operation, mode, job_ids)
+                _run(operation, mode, job_ids, apps)
             except (Exception, BaseExceptionGroup) as exc:  # collect all: each finding shows
-                failures.append(f"{operation.label} ({mode.value}): {exc}")
+                notes = " ".join(getattr(exc, "__notes__", []))  # the database, the example
+                failures.append(f"{operation.label} ({mode.value}): {exc} {notes}")
     assert not failures, "\n\n".join(failures)
 
 
