@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
+from tests.support.cli import run_strata
 from tests.support.factories import make_spec
 from tests.support.processes import STRATA, stop, strata_server
 
@@ -34,7 +35,7 @@ def strata(
     env.pop("STRATA_TOKEN", None)
     if token is not None:
         env["STRATA_TOKEN"] = token
-    return subprocess.run([*STRATA, *args], env=env, capture_output=True, text=True, timeout=60)
+    return run_strata(args, env)
 
 
 def test_submit_list_show_cancel(server_url: str) -> None:

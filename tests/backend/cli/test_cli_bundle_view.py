@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,8 +13,9 @@ from backend.cli.code_submit import upload, with_bundle
 from backend.code.schemas import BundleMember, CodeManifest
 from backend.rest_client import ClientError, StrataClient
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
+from tests.support.cli import run_strata
 from tests.support.factories import make_spec
-from tests.support.processes import STRATA, strata_server
+from tests.support.processes import strata_server
 
 SHA = "ab" * 32
 
@@ -77,7 +77,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.slow  # the CLI and the server in subprocesses
+@pytest.mark.slow  # the server in a subprocess
 def test_jobs_show_names_the_bundle_with_its_size_and_files(
     server_url: str, tmp_path: Path
 ) -> None:
@@ -90,13 +90,7 @@ def test_jobs_show_names_the_bundle_with_its_size_and_files(
         sha = upload(client, code, lambda *_: None)
         job = client.submit_document(with_bundle(make_spec("mirrored"), sha))
     env = {**os.environ, "STRATA_SERVER": server_url, "STRATA_TOKEN": ADMIN_TOKEN}
-    shown = subprocess.run(
-        [*STRATA, "jobs", "show", str(job.id), "--files", "3"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    shown = run_strata(["jobs", "show", str(job.id), "--files", "3"], env)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("code: bundle"))
@@ -109,7 +103,7 @@ def test_jobs_show_names_the_bundle_with_its_size_and_files(
     ]
 
 
-@pytest.mark.slow  # the CLI and the server in subprocesses
+@pytest.mark.slow  # the server in a subprocess
 def test_jobs_show_names_the_jobs_environment(server_url: str) -> None:
     env = {**os.environ, "STRATA_SERVER": server_url, "STRATA_TOKEN": ADMIN_TOKEN}
     with StrataClient(server_url, ADMIN_TOKEN) as client:
@@ -118,12 +112,6 @@ def test_jobs_show_names_the_jobs_environment(server_url: str) -> None:
         )
         own = client.submit_document(make_spec("mirrored"))
     for job, expected in ((in_image, ["environment: image tf:2"]), (own, [])):
-        shown = subprocess.run(
-            [*STRATA, "jobs", "show", str(job.id)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        shown = run_strata(["jobs", "show", str(job.id)], env)
         assert shown.returncode == 0, shown.stderr
         assert [line for line in shown.stdout.splitlines() if "environment" in line] == expected

@@ -15,8 +15,9 @@ from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, w
 from backend.code.archive import Bundle
 from backend.rest_client import ClientError, StrataClient
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
+from tests.support.cli import run_strata
 from tests.support.factories import make_spec
-from tests.support.processes import STRATA, strata_server
+from tests.support.processes import strata_server
 
 LIMIT = 64 << 10
 ENV = {
@@ -93,7 +94,7 @@ def test_a_job_naming_an_unknown_bundle_is_a_422(client: StrataClient) -> None:
     assert refused.value.errors[0]["field"] == "code.sha256"
 
 
-@pytest.mark.slow  # three `strata` processes
+@pytest.mark.slow  # the server in a subprocess
 def test_strata_submit_uploads_the_code_dir_then_finds_it_known(
     server_url: str, tmp_path: Path
 ) -> None:
@@ -106,9 +107,7 @@ def test_strata_submit_uploads_the_code_dir_then_finds_it_known(
     }
 
     def submit() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*STRATA, "submit", str(spec)], env=env, capture_output=True, text=True, timeout=60
-        )
+        return run_strata(["submit", str(spec)], env)
 
     first = submit()
     assert first.returncode == 0, first.stderr

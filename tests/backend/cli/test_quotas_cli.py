@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
-from tests.support.processes import STRATA, strata_server
+from tests.support.cli import run_strata
+from tests.support.processes import strata_server
 
-pytestmark = pytest.mark.slow  # a fresh `strata` process per command
+pytestmark = pytest.mark.slow  # the server in a subprocess
 
 TOKENS = {"STRATA_API_TOKEN": ADMIN_TOKEN, "STRATA_AGENT_TOKEN": AGENT_TOKEN}
 
@@ -25,7 +26,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def strata(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STRATA_SERVER": url, "STRATA_TOKEN": ADMIN_TOKEN, "COLUMNS": "200"}
-    return subprocess.run([*STRATA, *args], env=env, capture_output=True, text=True, timeout=60)
+    return run_strata(args, env)
 
 
 def test_quotas_are_shown_set_one_at_a_time_and_cleared(server_url: str) -> None:

@@ -20,8 +20,9 @@ from backend.teams.bootstrap import user_name_for
 from backend.teams.roles import ProjectRole
 from backend.tokens import service as tokens_service
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN, make_settings
+from tests.support.cli import run_strata
 from tests.support.factories import make_spec
-from tests.support.processes import STRATA, strata_server
+from tests.support.processes import strata_server
 
 
 @pytest.mark.parametrize(
@@ -81,7 +82,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def strata(*args: str, url: str, token: str = ADMIN_TOKEN) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STRATA_SERVER": url, "STRATA_TOKEN": token, "COLUMNS": "200"}
     env.pop("STRATA_PROJECT", None)
-    return subprocess.run([*STRATA, *args], env=env, capture_output=True, text=True, timeout=60)
+    return run_strata(args, env)
 
 
 def run_ok(*args: str, url: str, token: str = ADMIN_TOKEN) -> str:
