@@ -95,7 +95,7 @@ def preexec_for(
     steps: list[Callable[[], None]] = []
     if containment is not None:
         steps.append(containment.preexec)
-    if knobs.session:
+    if knobs.session or knobs.group:
         steps.append(die_with_parent)
     if scheduling is not None:
         steps.append(scheduling.apply)
@@ -136,6 +136,7 @@ async def start_task(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=knobs.session,
+            process_group=0 if knobs.group else None,
             preexec_fn=preexec,
         )
     else:
@@ -149,6 +150,7 @@ async def start_task(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=knobs.session,
+                process_group=0 if knobs.group else None,
                 preexec_fn=preexec,
             )
     if containment is not None:

@@ -27,8 +27,11 @@ class Knobs:
     # (OutputProtocol, TaskOutput, LineSplitter) instead of into a file.
     pipes: bool = False
     # Its own session (so, where the kernel has autogroups, its own scheduling group) and
-    # SIGKILL when the parent dies, as the agent spawns.
+    # SIGKILL when the parent dies, as the agent spawned tasks before.
     session: bool = False
+    # Its own process group in its parent's session and SIGKILL when the parent dies, as the
+    # agent spawns now.
+    group: bool = False
     # The agent's containment: a cgroup per task in the hierarchies it would use (a v2 cgroup
     # with cgroup.kill, a v1 freezer, the memory controller), joined before exec.
     cgroup: bool = False
@@ -50,6 +53,7 @@ HAND_VARIANTS: dict[str, Knobs] = {
     "hand+grpc-options": Knobs(grpc_options=True),
     "hand+pipes": Knobs(pipes=True),
     "hand+session": Knobs(session=True),
+    "hand+group": Knobs(group=True),
     "hand+cgroup": Knobs(cgroup=True),
     "hand+agent-sched": Knobs(agent_sched=True),
     "hand+server-entry": Knobs(server_entry=True),
@@ -59,7 +63,7 @@ HAND_VARIANTS: dict[str, Knobs] = {
         env=True,
         grpc_options=True,
         pipes=True,
-        session=True,
+        group=True,
         cgroup=True,
         agent_sched=True,
         server_entry=True,
@@ -73,6 +77,7 @@ DEFAULT_VARIANTS = (
     "hand+env",
     "hand+pipes",
     "hand+session",
+    "hand+group",
     "hand+cgroup",
     "hand+agent-sched",
     "hand+server-entry",

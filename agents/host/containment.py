@@ -6,7 +6,8 @@ the group does not reach everything a task started. Where the host lets the agen
 exec and cannot leave: cgroup v2's ``cgroup.kill`` ends them all at once, or, on a host with
 only cgroup v1, the freezer stops them from forking while they are killed. Where there are no
 usable cgroups, the agent becomes a child subreaper, so that orphans come back to it, and finds
-an attempt's processes by the marker in their environment, their session and their parentage.
+an attempt's processes by the marker in their environment, their process group and their
+parentage.
 
 ``probe`` looks at the host once; its factory makes one ``Containment`` per attempt.
 """
@@ -74,9 +75,9 @@ class Containment:
 
     def adopt(self, pid: int) -> None:
         """Take in a process that was started before the attempt (a warm process, which has
-        forked nothing yet). Without cgroups there is nothing to do: it leads its own session,
-        which is how the attempt's processes are found, and what it starts from now on carries
-        the marker in its environment."""
+        forked nothing yet). Without cgroups there is nothing to do: it leads its own process
+        group, which is how the attempt's processes are found, and what it starts from now on
+        carries the marker in its environment."""
 
     def main_exited(self) -> None:
         """Its pid may now be reused: from here on it says nothing about the attempt."""
@@ -129,12 +130,12 @@ class Containment:
         return 0
 
 
-# --- no cgroups: the process tree, the session and the marker --------------------------------
+# --- no cgroups: the process tree, the process group and the marker --------------------------
 
 
 class ProcessTreeContainment(Containment):
-    """No cgroups: an attempt is what carries its marker, shares the main process's session,
-    or descends from it. A process that leaves the session and clears its environment escapes
+    """No cgroups: an attempt is what carries its marker, is in the main process's process
+    group, or descends from it. A process that leaves the group and clears its environment escapes
     this; with the agent as subreaper it still comes back to the agent as an orphan, and is
     reaped once dead."""
 
@@ -153,10 +154,10 @@ class ProcessTreeContainment(Containment):
         for pid, stat in stats.items():
             if pid == me or stat.gone:
                 continue
-            in_session = self.main_pid is not None and stat.session == self.main_pid
-            if in_session or entry in procfs.environ(pid):
+            in_group = self.main_pid is not None and stat.group == self.main_pid
+            if in_group or entry in procfs.environ(pid):
                 found.add(pid)
-        if found or self.main_alive:  # descendants that left the session and the marker
+        if found or self.main_alive:  # descendants that left the group and the marker
             children: dict[int, list[int]] = {}
             for pid, stat in stats.items():
                 children.setdefault(stat.parent, []).append(pid)

@@ -223,7 +223,7 @@ class TaskProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group and session
+                process_group=0,  # its own process group, in the agent's session (process.py)
                 preexec_fn=preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:

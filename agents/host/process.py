@@ -2,7 +2,10 @@
 tie that ends it with the agent, and the protocol that reads its output and sees its exit.
 
 A cold start (agents.host.launcher) and a warm process (agents.host.warm_pool) are started
-alike, so that a task cannot tell one from the other by what it inherited.
+alike, so that a task cannot tell one from the other by what it inherited. Each leads a process
+group of its own (how it is signalled) but stays in the agent's session: where the kernel has
+autogroups, a session is also a CPU scheduling group, and one per task would split the CPU
+between a job's tasks per process rather than per thread (docs/benchmarks.md puts a figure on it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Process figures, read in this one place: CPU time, resident memory, threads, the host's CPU
 times, and the process table with the environment markers that containment walks.
 
-Figures come through psutil. The process table (every process's state, parent and session) and
+Figures come through psutil. The process table (every process's state, parent and process group) and
 the environments are read from /proc here instead: without cgroups, containment reads them for
 every process on the host, for each attempt at each usage sample and every few milliseconds
 while it ends one, and psutil's per-process objects make that read several times slower.
@@ -93,7 +93,7 @@ def thread_ids(pid: int | None = None) -> list[int]:
 class ProcessState(NamedTuple):
     state: str  # /proc's one letter: R, S, D, Z, ...
     parent: int
-    session: int
+    group: int  # the process group
 
     @property
     def gone(self) -> bool:
@@ -101,12 +101,12 @@ class ProcessState(NamedTuple):
 
 
 def state(pid: int) -> ProcessState | None:
-    """A process's state, parent pid and session id, or None when it is gone."""
+    """A process's state, parent pid and process group, or None when it is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
         # The command name (field 2) may hold spaces and parentheses: split after its end.
         fields = raw[raw.rfind(b")") + 2 :].split()
-        return ProcessState(fields[0].decode(), int(fields[1]), int(fields[3]))
+        return ProcessState(fields[0].decode(), int(fields[1]), int(fields[2]))
     except (OSError, ValueError, IndexError):
         return None
 

@@ -106,7 +106,7 @@ class Supervisor:
         self.agent_label = agent_label  # on this agent's containers, to find its leftovers
         self.nvidia = nvidia
         self.bundles = bundles  # None: starts that name a code bundle fail
-        # None: each attempt is its process tree, session and marker (no cgroups, no probe)
+        # None: each attempt is its process tree, process group and marker (no cgroups, no probe)
         self.containments = containments
         self.server_url = server_url
         self.ca_file = ca_file

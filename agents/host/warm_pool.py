@@ -1,7 +1,8 @@
 """The agent's warm pool: task processes that have imported TensorFlow before their task came.
 
 Each is ``python -m agents.host.warm`` (see that module), started with the environment every
-task inherits from the agent, its output already on pipes the agent reads, in its own session.
+task inherits from the agent, its output already on pipes the agent reads, in a process group of
+its own.
 Once it says it is ready it waits, at no CPU cost, for one assignment; the supervisor takes
 one for an attempt that can start warm (agents.host.warm_eligibility says when it cannot), and
 the pool starts another in the background. A warm process serves one attempt and is never reused.
@@ -105,7 +106,7 @@ class WarmProcess:
             self.channel.close()
 
     def discard(self) -> None:
-        """End an unused warm process (its session holds nothing else)."""
+        """End an unused warm process (its process group holds nothing else)."""
         self.channel.close()
         if self.alive:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -139,7 +140,7 @@ async def start_warm_process(env: dict[str, str], python: str = sys.executable) 
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,  # as a task's: the session is how it is found and ended
+            process_group=0,  # as a task's (process.py): the group is how it is found and ended
             pass_fds=(theirs.fileno(),),
             preexec_fn=die_with_parent,
         )

@@ -73,6 +73,19 @@ async def test_output_env_and_exit_code(tmp_path: Path) -> None:
     assert exit.log_tail == seen
 
 
+async def test_a_task_leads_a_process_group_of_its_own_in_the_agents_session(
+    tmp_path: Path,
+) -> None:
+    # A session of its own would be a scheduling group of its own, where the kernel has
+    # autogroups: the CPU would then be split per task rather than per thread.
+    seen: list[str] = []
+    process = TaskProcess(KEY, lambda _key, lines: seen.extend(lines))
+    code = "import os; print(os.getpgid(0) == os.getpid(), os.getsid(0))"
+    await run(process, command("python", "-c", code), tmp_path)
+    assert (await process.wait()).exit_code == 0
+    assert seen == [f"True {os.getsid(0)}"]
+
+
 async def test_stop_reaches_the_whole_group_and_escalates(tmp_path: Path) -> None:
     # A parent that ignores SIGTERM, with a child that would outlive it.
     script = (

@@ -86,16 +86,16 @@ def test_a_live_process_has_figures_and_a_gone_one_has_none(
     assert procfs.cpu_seconds(holder.pid) is None and procfs.rss_bytes(holder.pid) is None
 
 
-def test_the_table_has_each_processs_state_parent_session_and_environment(
+def test_the_table_has_each_processs_state_parent_group_and_environment(
     holder: subprocess.Popen[str],
 ) -> None:
     table = procfs.process_table()
     mine = table[holder.pid]
-    assert (mine.parent, mine.session, mine.gone) == (os.getpid(), os.getsid(0), False)
-    # One process read alone: the same parent and session (its state letter flips between R
+    assert (mine.parent, mine.group, mine.gone) == (os.getpid(), os.getpgid(0), False)
+    # One process read alone: the same parent and group (its state letter flips between R
     # and S with the holder's spinning thread).
     alone = procfs.state(holder.pid)
-    assert alone is not None and (alone.parent, alone.session) == (mine.parent, mine.session)
+    assert alone is not None and (alone.parent, alone.group) == (mine.parent, mine.group)
     assert b"STRATA_TEST_MARK=procfs" in procfs.environ(holder.pid)
     assert holder.pid in procfs.all_pids()
     holder.kill()

@@ -38,6 +38,8 @@ print(json.dumps({
     # Warm processes import at idle priority: every thread of the task runs as cold ones do.
     "sched": sorted({os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}),
     "nice": os.getpriority(os.PRIO_PROCESS, 0),
+    # Its own process group, in the agent's session (one scheduling group with the agent).
+    "group_led": os.getpgid(0) == os.getpid(), "session": os.getsid(0),
 }), flush=True)
 sys.exit(int(sys.argv[1]))
 """
@@ -94,6 +96,7 @@ async def test_a_warm_script_sees_what_a_cold_one_sees(tmp_path: Path) -> None:
     assert shown["file"] == f"{tmp_path}/./link.py"
     assert shown["path0"] == str(tmp_path / "sub")
     assert (shown["name"], shown["main"], shown["visible"], shown["gpus"]) == ("__main__", 1, "", 0)
+    assert (shown["group_led"], shown["session"]) == (True, os.getsid(0))
 
 
 @SLOW
