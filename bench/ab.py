@@ -80,7 +80,7 @@ def setting_for(
         spec = pending_spec(strategy, plan)
         job_id = cluster.submit(spec)["id"]
     job = Job(spec, job_id, cluster.url, cluster.admin_token, workdir / "checkpoints")
-    setting = Setting(job=job)
+    setting = Setting(job=job, server_pid=cluster.process.pid, agent_pids=cluster.agent_pids())
     if any(k.cgroup for k in knobs):
         # The bench process becomes a child subreaper where there are no cgroups (as an agent).
         setting.containments = Containments.probe(namespace_for(f"bench-ab-{os.getpid()}", ""))
@@ -264,6 +264,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated")
     parser.add_argument("--quick", action="store_true", help="2 rounds of shorter jobs")
     parser.add_argument("--list", action="store_true", help="print the variants and exit")
+    parser.add_argument(
+        "--label", default="", help="results in launch_ab_LABEL.json instead of launch_ab.json"
+    )
     return parser.parse_args(argv)
 
 
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "seconds": round(time.monotonic() - began, 1),
     }
-    write_result("launch_ab", result)
+    write_result(f"launch_ab_{args.label}" if args.label else "launch_ab", result)
     print(table(summary))
     print(json.dumps(about, indent=2))
     return 0

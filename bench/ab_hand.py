@@ -29,6 +29,8 @@ from bench.ab_variants import Knobs
 from bench.cpu_sampler import CpuSampler
 from bench.harness import REPO, machine_busy_seconds
 from bench.launch import (
+    AGENTS,
+    SERVER,
     Plan,
     Run,
     cpu_per_step,
@@ -53,6 +55,10 @@ class Setting:
     job: Job
     containments: Containments | None = None
     agent_scheduling: Scheduling | None = None
+    # The running cluster's server and agents, idle beside a by-hand run: their CPU is
+    # sampled as under Strata, so that what a job adds to them shows.
+    server_pid: int | None = None
+    agent_pids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -209,6 +215,10 @@ def run_hand(strategy: str, plan: Plan, knobs: Knobs, setting: Setting, workdir:
     """One by-hand run with these knobs; its figures as bench/launch.py's Run."""
     logs = Path(tempfile.mkdtemp(prefix=f"ab-{strategy}-", dir=workdir))
     with CpuSampler() as sampler, CpuSampler(read=run_delay_seconds) as delays:
+        if setting.server_pid is not None:
+            sampler.watch(SERVER, setting.server_pid)
+        if setting.agent_pids:
+            sampler.watch(AGENTS, *setting.agent_pids)
         started, busy = time.time(), machine_busy_seconds()
         lead, code = asyncio.run(run_tasks(strategy, plan, knobs, setting, logs, sampler, delays))
         machine_cores = (machine_busy_seconds() - busy) / (time.time() - started)

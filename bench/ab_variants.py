@@ -49,6 +49,9 @@ STRATA_VARIANTS = ("strata", "strata-bare", "strata-warm")
 
 HAND_VARIANTS: dict[str, Knobs] = {
     "hand": Knobs(),
+    # The baseline again, as if it were a variant: what the order of the runs and the noise
+    # alone make of a ratio (an A/A check).
+    "hand-again": Knobs(),
     "hand+env": Knobs(env=True),
     "hand+grpc-options": Knobs(grpc_options=True),
     "hand+pipes": Knobs(pipes=True),

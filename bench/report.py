@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO, RESULTS
+from bench.report_ab import EXPERIMENTS, ab_rows, ab_section
 from bench.report_control import (
     control_notes,
     recovery_rows,
@@ -586,6 +587,7 @@ def what_dominates(
     recovery: dict[str, Any] | None = None,
     scale: dict[str, Any] | None = None,
     launch: dict[str, Any] | None = None,
+    hand_steps: bool = True,
 ) -> list[str]:
     lines = ["### What dominates", ""]
     if pipeline:
@@ -593,7 +595,7 @@ def what_dominates(
     if training:
         lines += training_notes(training)
     if launch:
-        lines += dominates_lines(launch)
+        lines += dominates_lines(launch, hand_steps=hand_steps)
     lines += control_notes(recovery, scale)
     return [*lines, ""]
 
@@ -606,13 +608,18 @@ def render(
     scale: dict[str, Any] | None = None,
     launch: dict[str, Any] | None = None,
     warm: dict[str, Any] | None = None,
+    ab: dict[str, dict[str, Any]] | None = None,
 ) -> str:
+    ab = ab or {}
+    hand_steps = "launch_ab" not in ab  # the A/B's main run, where there is one, says it
     lines = [HEADER, *machine_section(pipeline, training), "## Summary", ""]
     rows = summary_rows(pipeline) if pipeline else []
     if training:
         rows.append(training_summary_row(training))
     if launch:
-        rows += launch_rows(launch, warm_steps=warm is None)
+        rows += launch_rows(launch, warm_steps=warm is None, hand_steps=hand_steps)
+    if "launch_ab" in ab:
+        rows += ab_rows(ab["launch_ab"])
     if warm:
         rows += warm_throughput_rows(warm)
     if recovery:
@@ -620,15 +627,18 @@ def render(
     if scale:
         rows += scale_rows(scale)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
-    lines += ["", *what_dominates(pipeline, training, recovery, scale, launch)]
+    lines += ["", *what_dominates(pipeline, training, recovery, scale, launch, hand_steps)]
     if pipeline:
         lines += plot_lines("metrics_pipeline", "Ingest and latency")
         lines += ingest_section(pipeline)
         lines += pg_paths_section(pg_paths) if pg_paths else []
         lines += latency_section(pipeline) + profile_section(pipeline)
     if launch:
-        lines += launch_section(launch) + launch_notes(launch, warm_steps=warm is None)
+        lines += launch_section(launch)
+        lines += launch_notes(launch, warm_steps=warm is None, hand_steps=hand_steps)
         lines += plot_lines("launch", "Launch latency and throughput")
+    if ab:
+        lines += ab_section(ab)
     if warm:
         lines += warm_throughput_section(warm)
     if training:
@@ -666,6 +676,7 @@ def write() -> Path:
             scale=_load("scale"),
             launch=_load("launch"),
             warm=_load("warm_throughput"),
+            ab={name: found for name, _ in EXPERIMENTS if (found := _load(name)) is not None},
         )
     )
     return DOC
