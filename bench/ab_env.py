@@ -95,6 +95,10 @@ def knob_env(
         env = {k: v for k, v in full.items() if k not in RUNTIME_SWITCHES}
     if knobs.grpc_options:
         env.setdefault(GRPC_OPTIONS_ENV, GRPC_RECONNECT_OPTIONS)
+    if knobs.threads:  # every task of the benchmark's jobs is on this host
+        tasks = sum(len(addresses) for addresses in tf_config["cluster"].values())
+        share = str(max(1, len(os.sched_getaffinity(0)) // tasks))
+        env["TF_NUM_INTRAOP_THREADS"] = share  # inter-op 1 hangs a parameter_server job
     if knobs.runtime != "off":
         env |= {k: full[k] for k in RUNTIME_VARIABLES if k in full}
         if knobs.runtime == "backups":  # a checkpoint dir, but nothing to report to

@@ -37,6 +37,9 @@ class Knobs:
     cgroup: bool = False
     # The live agent's nice value, scheduling policy and CPU affinity.
     agent_sched: bool = False
+    # TensorFlow's intra-op thread pool sized to the task's share of the host's cores (its
+    # CPUs over the job's tasks on the host, at least 1) instead of every core.
+    threads: bool = False
     # parameter_server: workers and ps run `python -m agents.runtime.server`, not the script.
     server_entry: bool = False
     # The runtime library: "backups" gives the task a checkpoint dir only (BackupAndRestore
@@ -59,6 +62,7 @@ HAND_VARIANTS: dict[str, Knobs] = {
     "hand+group": Knobs(group=True),
     "hand+cgroup": Knobs(cgroup=True),
     "hand+agent-sched": Knobs(agent_sched=True),
+    "hand+threads": Knobs(threads=True),
     "hand+server-entry": Knobs(server_entry=True),
     "hand+backups": Knobs(runtime="backups"),
     "hand+runtime-callbacks": Knobs(runtime="full"),

@@ -202,6 +202,21 @@ def test_points_are_numbered_batched_and_acknowledged(
     assert channel.received == list(range(12))
 
 
+def test_a_trickle_of_points_goes_in_fewer_batches(
+    channel: FakeTaskChannel, make_sender: Callable[..., MetricSender]
+) -> None:
+    # A training loop's few points a second: each batch costs the server a commit, so after
+    # a small one the next waits ~500 ms instead of ~100 ms (about 12 batches here).
+    sender = make_sender(channel.url)
+    assert sender.flush(5)
+    for step in range(24):
+        sender.put("batch/loss", 0.5, step)
+        time.sleep(0.05)
+    assert sender.flush(5)
+    assert channel.received == list(range(24))
+    assert len(channel.batches) <= 5
+
+
 def test_batches_hold_at_most_5000_points(
     channel: FakeTaskChannel, make_sender: Callable[..., MetricSender]
 ) -> None:
