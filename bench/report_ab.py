@@ -50,14 +50,14 @@ def _tasks(cpu: dict[str, dict[str, float]]) -> list[str]:
 def _task_cpu(figures: dict[str, Any]) -> float:
     """The tasks' CPU per step together (sum of the medians), milliseconds."""
     cpu = figures["cpu_ms_per_step"]
-    return sum(cpu[task]["median"] for task in _tasks(cpu))
+    return sum(float(cpu[task]["median"]) for task in _tasks(cpu))
 
 
 def _control_ms(figures: dict[str, Any]) -> float | None:
     cpu = figures["cpu_ms_per_step"]
     if not all(name in cpu for name in CONTROL_PLANE):
         return None
-    return sum(cpu[name]["median"] for name in CONTROL_PLANE)
+    return sum(float(cpu[name]["median"]) for name in CONTROL_PLANE)
 
 
 def strata_variants(entry: dict[str, Any]) -> list[str]:
@@ -83,7 +83,7 @@ def control_cores_per_task(entry: dict[str, Any], variant: str) -> float | None:
     if busy is None or idle is None:
         return None
     tasks = len(_tasks(strata["cpu_ms_per_step"]))
-    return (busy - idle) * strata["steps_per_s"]["median"] / 1000 / tasks
+    return (busy - idle) * float(strata["steps_per_s"]["median"]) / 1000 / tasks
 
 
 def ab_rows(ab: dict[str, Any]) -> list[list[str]]:
