@@ -182,12 +182,27 @@ def ab_table(ab: dict[str, Any]) -> list[str]:
 EXPERIMENTS = (
     (
         "launch_ab",
-        "Strata against by hand, with the baseline run twice (A/A) to show what order and "
-        "noise alone make of a ratio",
+        "Strata against by hand as it starts tasks now, cold and warm (the summary's rows); "
+        "the machine slowed during this run (by hand, multi_worker_mirrored went from 82 to "
+        "63 steps/s), which the rounds share",
+    ),
+    (
+        "launch_ab_aa",
+        "the baseline run twice (A/A), to show what order and noise alone make of a ratio, "
+        "beside a process group per task and Strata",
     ),
     (
         "launch_ab_ps_group",
         "a session per task (the agent before) against a process group per task (the agent now)",
+    ),
+    (
+        "launch_ab_parts",
+        "Strata's parts, before the metric sender batched a trickle of points (it sent a batch "
+        "about every 100 ms whatever its size)",
+    ),
+    (
+        "launch_ab_threads",
+        "the intra-op pool at the task's share of the cores; the sender already batching a trickle",
     ),
     (
         "launch_ab_knobs",
@@ -195,6 +210,103 @@ EXPERIMENTS = (
         "session of its own (so `hand+all` has the session, not the group)",
     ),
 )
+
+
+def _ratio_of(results: dict[str, dict[str, Any]], name: str, job: str, variant: str) -> str:
+    figures = results.get(name, {}).get("summary", {}).get(job, {}).get(variant, {})
+    return _ratio(figures["steps_ratio"]) if "steps_ratio" in figures else "not measured"
+
+
+def _server_growth(results: dict[str, dict[str, Any]], name: str, job: str) -> str:
+    """The server's CPU per step with the runtime library streaming over without it (by hand
+    with and without it, beside the same cluster)."""
+    entry = results.get(name, {}).get("summary", {}).get(job, {})
+    try:
+        with_it = entry["hand+runtime-callbacks"]["cpu_ms_per_step"][SERVER]["median"]
+        without = entry["hand"]["cpu_ms_per_step"][SERVER]["median"]
+    except KeyError:
+        return "not measured"
+    return f"{with_it / without:.2f}x"
+
+
+def findings(results: dict[str, dict[str, Any]]) -> list[str]:
+    """What each difference was worth, in steps/s ÷ by hand, from the runs kept."""
+    ps, mwm, runtime = "parameter_server", "multi_worker_mirrored", "hand+runtime-callbacks"
+    return [
+        "What each difference was worth (steps/s ÷ by hand, from the runs below):",
+        "",
+        "- **A session per task: the cost, removed.** Where the kernel has autogroups "
+        "(`kernel.sched_autogroup_enabled=1`, as on this host; many distributions' kernels "
+        "enable it) every session is a CPU scheduling group, and CFS shares the CPU "
+        "between groups first: four tasks in four groups get a quarter each whatever their "
+        "threads need, where in one group their threads compete as equals. A session per "
+        f"task cost {_ratio_of(results, 'launch_ab_ps_group', ps, 'hand+session')} "
+        "(parameter_server, every round below 1); the agent now gives each task a process "
+        "group of its own in the agent's session (for signals, as before), which costs "
+        f"{_ratio_of(results, 'launch_ab_aa', ps, 'hand+group')} (parameter_server) and "
+        f"{_ratio_of(results, 'launch_ab_aa', mwm, 'hand+group')} (multi_worker_mirrored), "
+        "against an A/A of "
+        f"{_ratio_of(results, 'launch_ab_aa', ps, 'hand-again')} and "
+        f"{_ratio_of(results, 'launch_ab_aa', mwm, 'hand-again')}.",
+        "- **The runtime library: cheaper, not free.** Its metric sender sent a batch about "
+        "every 100 ms while points kept coming; a training loop's few points a second meant a "
+        "websocket round trip in the task and a commit in the server for each. It now waits "
+        "~500 ms after a small batch (a flood still goes every ~100 ms). The server's CPU per "
+        "step with a job streaming, over the same cluster beside a by-hand run: "
+        f"{_server_growth(results, 'launch_ab_parts', ps)} before, "
+        f"{_server_growth(results, 'launch_ab', ps)} after (parameter_server); "
+        f"{_server_growth(results, 'launch_ab_parts', mwm)} and "
+        f"{_server_growth(results, 'launch_ab', mwm)} (multi_worker_mirrored). By hand with "
+        "the runtime library, before: "
+        f"{_ratio_of(results, 'launch_ab_parts', ps, runtime)} (parameter_server), "
+        f"{_ratio_of(results, 'launch_ab_parts', mwm, runtime)} (multi_worker_mirrored); "
+        f"after: {_ratio_of(results, 'launch_ab', ps, runtime)} and "
+        f"{_ratio_of(results, 'launch_ab', mwm, runtime)}.",
+        "- **Within the noise, left as they are**: the agent's environment "
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+env')}), TF_GRPC_DEFAULT_OPTIONS "
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+grpc-options')}), its pipes "
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+pipes')}), the agent's scheduling "
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+agent-sched')}), the runtime's "
+        "server entry point for workers and ps "
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+server-entry')}), a cgroup per task "
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+cgroup')}; on this host it holds "
+        "no CPU controller: the v2 hierarchy has none, the v1 memory one only charges pages), "
+        "all parameter_server, 3 rounds.",
+        "- **Tried, not adopted**: the intra-op pool at the task's share of the host's cores "
+        f"({_ratio_of(results, 'launch_ab_threads', ps, 'hand+threads')} parameter_server, "
+        f"{_ratio_of(results, 'launch_ab_threads', mwm, 'hand+threads')} "
+        "multi_worker_mirrored): no gain here, so TensorFlow keeps its default. The inter-op "
+        "pool at one thread hung the parameter_server job (its remote functions wait on each "
+        "other), so that is never set.",
+        *_still_short(results.get("launch_ab")),
+        "",
+    ]
+
+
+def _cpu_growth(entry: dict[str, Any], variant: str) -> str:
+    ratios = entry.get(variant, {}).get("cpu_ratio", {})
+    return ", ".join(f"{task} {r['median'] - 1:+.1%}" for task, r in ratios.items())
+
+
+def _still_short(ab: dict[str, Any] | None) -> list[str]:
+    """Where Strata is still behind by hand in the main run, and what its tasks spent."""
+    if ab is None:
+        return []
+    parts = []
+    for job, entry in ab["summary"].items():
+        for variant in strata_variants(entry):
+            ratio = entry[variant]["steps_ratio"]["median"]
+            parts.append(
+                f"{VARIANTS[variant]} ({job}) {ratio:.3f}, CPU per step "
+                f"{_cpu_growth(entry, variant)}"
+            )
+    return [
+        "- **What is left** (the main run): " + "; ".join(parts) + ". Warm starts trained "
+        "slower than cold ones here, their tasks spending more CPU per step, which "
+        "bench.warm_throughput's longer pairs did not show (see its section): not explained "
+        "yet. In the cold runs the rest is the runtime library in the tasks that run the "
+        "script and the server's work for a streaming job."
+    ]
 
 
 def ab_section(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -216,6 +328,7 @@ def ab_section(results: dict[str, dict[str, Any]]) -> list[str]:
             "[min-max]."
         ),
         "",
+        *findings(results),
     ]
     for name, about in EXPERIMENTS:
         ab = results.get(name)
