@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import subprocess
 import sys
@@ -118,46 +119,36 @@ def preexec_for(
 async def start_task(
     task: str, argv: list[str], env: dict[str, str], knobs: Knobs, setting: Setting, logs: Path
 ) -> Started:
-    loop = asyncio.get_running_loop()
+    key = TaskKey(job_id=setting.job.job_id, task=task, attempt=0)
     containment = None
     if knobs.cgroup and setting.containments is not None:
-        containment = setting.containments.create(
-            TaskKey(job_id=setting.job.job_id, task=task, attempt=0)
-        )
+        containment = setting.containments.create(key)
     scheduling = setting.agent_scheduling if knobs.agent_sched else None
-    preexec = preexec_for(knobs, containment, scheduling)
+    spawn = functools.partial(
+        asyncio.get_running_loop().subprocess_exec,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=knobs.session,
+        process_group=0 if knobs.group else None,
+        preexec_fn=preexec_for(knobs, containment, scheduling),
+    )
     lines: list[str] = []
     if knobs.pipes:
-        output = TaskOutput(
-            TaskKey(job_id=setting.job.job_id, task=task, attempt=0),
-            lambda _key, new: lines.extend(new),
-            MAX_LOG_LINE,
-        )
-        transport, protocol = await loop.subprocess_exec(
+        output = TaskOutput(key, lambda _key, new: lines.extend(new), MAX_LOG_LINE)
+        transport, protocol = await spawn(
             lambda: OutputProtocol(output.feed),
             *argv,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=knobs.session,
-            process_group=0 if knobs.group else None,
-            preexec_fn=preexec,
         )
     else:
         with (logs / f"{task.replace(':', '-')}.log").open("wb") as log:
-            transport, protocol = await loop.subprocess_exec(
+            transport, protocol = await spawn(
                 lambda: OutputProtocol(lambda _fd, _data: None),
                 *argv,
-                cwd=REPO,
-                env=env,
-                stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=knobs.session,
-                process_group=0 if knobs.group else None,
-                preexec_fn=preexec,
             )
     if containment is not None:
         containment.attach(transport.get_pid())

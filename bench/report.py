@@ -595,7 +595,7 @@ def what_dominates(
     if training:
         lines += training_notes(training)
     if launch:
-        lines += dominates_lines(launch, hand_steps=hand_steps)
+        lines += dominates_lines(launch) if hand_steps else []
     lines += control_notes(recovery, scale)
     return [*lines, ""]
 

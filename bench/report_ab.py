@@ -39,6 +39,11 @@ RUNTIME_TARGET = 0.03  # the runtime library's CPU per step, as a share of the t
 CONTROL_TARGET = 0.01  # cores of the server and the agents per running task
 
 
+def _target_row(measurement: str, result: str, target: str, met: bool) -> list[str]:
+    """A summary row: what was measured, the figure, the target, and whether it is met."""
+    return [measurement, result, target, "yes" if met else "**no**"]
+
+
 def _ratio(values: dict[str, float]) -> str:
     return spread_text(values, digits=3)
 
@@ -96,44 +101,44 @@ def ab_rows(ab: dict[str, Any]) -> list[list[str]]:
             steps = entry[variant]["steps_ratio"]
             name = "warm starts" if variant == "strata-warm" else "cold starts"
             rows.append(
-                [
+                _target_row(
                     f"Training steps/s, Strata ÷ by hand, A/B ({job}, {name}, {runs} rounds)",
                     _ratio(steps),
                     f"≥ {STEPS_TARGET}",
-                    "yes" if steps["median"] >= STEPS_TARGET else "**no**",
-                ]
+                    steps["median"] >= STEPS_TARGET,
+                )
             )
             cpu = entry[variant]["cpu_ratio"]
             worst = max(cpu, key=lambda task: cpu[task]["median"])
             rows.append(
-                [
+                _target_row(
                     f"Task CPU per step, Strata ({name}) ÷ by hand, the highest task ({job})",
                     f"{worst} {_ratio(cpu[worst])}",
                     f"≤ {TASK_CPU_TARGET}",
-                    "yes" if cpu[worst]["median"] <= TASK_CPU_TARGET else "**no**",
-                ]
+                    cpu[worst]["median"] <= TASK_CPU_TARGET,
+                )
             )
         share = runtime_share(entry)
         if share is not None:
             rows.append(
-                [
+                _target_row(
                     f"Runtime library's CPU per step, share of the tasks' by hand ({job})",
                     f"{share:+.1%}",
                     f"≤ {RUNTIME_TARGET:.0%}",
-                    "yes" if share <= RUNTIME_TARGET else "**no**",
-                ]
-            )
-        for variant in strata_variants(entry)[:1]:
-            cores = control_cores_per_task(entry, variant)
-            if cores is not None:
-                rows.append(
-                    [
-                        f"Server and agents' CPU per running task ({job})",
-                        f"{cores:.4f} cores",
-                        f"≤ {CONTROL_TARGET} cores",
-                        "yes" if cores <= CONTROL_TARGET else "**no**",
-                    ]
+                    share <= RUNTIME_TARGET,
                 )
+            )
+        variants = strata_variants(entry)
+        cores = control_cores_per_task(entry, variants[0]) if variants else None
+        if cores is not None:
+            rows.append(
+                _target_row(
+                    f"Server and agents' CPU per running task ({job})",
+                    f"{cores:.4f} cores",
+                    f"≤ {CONTROL_TARGET} cores",
+                    cores <= CONTROL_TARGET,
+                )
+            )
     return rows
 
 

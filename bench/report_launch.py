@@ -396,11 +396,9 @@ def _cpu_split(entry: dict[str, Any]) -> tuple[float, dict[str, float]] | None:
     return ours[MACHINE] - theirs[MACHINE], split
 
 
-def dominates_lines(launch: dict[str, Any], *, hand_steps: bool = True) -> list[str]:
+def dominates_lines(launch: dict[str, Any]) -> list[str]:
     """One line per job whose steps/s miss the target, for the page's summary."""
-    lines: list[str] = []
-    if not hand_steps:
-        return lines
+    lines = []
     for job, entry in launch["summary"].items():
         ratio = entry.get("strata_vs_hand", {}).get("steps_ratio", {}).get("median")
         attribution = throughput_attribution(job, entry)

@@ -2,8 +2,7 @@
 
 Each is ``python -m agents.host.warm`` (see that module), started with the environment every
 task inherits from the agent, its output already on pipes the agent reads, in a process group of
-its own.
-Once it says it is ready it waits, at no CPU cost, for one assignment; the supervisor takes
+its own. Once it says it is ready it waits, at no CPU cost, for one assignment; the supervisor takes
 one for an attempt that can start warm (agents.host.warm_eligibility says when it cannot), and
 the pool starts another in the background. A warm process serves one attempt and is never reused.
 
