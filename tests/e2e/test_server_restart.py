@@ -16,10 +16,11 @@ pytestmark = pytest.mark.e2e
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EPOCH_LINE = re.compile(r"^epoch=(\d+) loss=")
-EPOCHS = 25
-# Long enough epochs that training still runs when the restarted server is back, however
-# slowly it starts: a task that ends while the server is down flushes its last points into
-# nothing (the runtime's exit flush is bounded).
+EPOCHS = 50
+# Long enough training that it still runs when the restarted server is back, however slowly
+# it starts: a task that ends while the server is down flushes its last points into nothing
+# (the runtime's exit flush is bounded). 25 epochs ended during the gap once tasks trained at
+# by-hand speed.
 STEPS_PER_EPOCH = 60
 
 
