@@ -96,7 +96,9 @@ def run_sidecar_evaluator(
                     callbacks=callbacks,
                 ).start()
             return
-        except _Stopping:
+        except BaseException as exc:
+            if not sigterm.ended(exc):
+                raise
             log.info("strata: sidecar evaluator stopping; evaluating the newest checkpoint")
         _evaluate_newest(model, data, steps, directory, callbacks, metrics.evaluated_step)
         log.info("strata: sidecar evaluator stopped")
@@ -156,6 +158,14 @@ class _Sigterm:
             self.deferred = True
         else:
             raise _Stopping
+
+    def ended(self, exc: BaseException) -> bool:
+        """Whether `exc` is the first SIGTERM leaving the loop. `_Stopping` may reach us
+        changed: raised while TensorFlow's C++ was building an error of its own, it comes out
+        as pybind11's RuntimeError. So once the first SIGTERM came, any Exception is it."""
+        if isinstance(exc, _Stopping):
+            return True
+        return self.received == 1 and isinstance(exc, Exception)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:

@@ -582,6 +582,46 @@ def test_a_sigterm_between_the_report_and_its_record_reports_the_step_once(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+@pytest.mark.parametrize("sigterm", [True, False])
+def test_a_sigterm_that_native_code_turned_into_another_error_still_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sigterm: bool
+) -> None:
+    # A SIGTERM whose exception is raised while TensorFlow's C++ builds an error of its own
+    # comes out as pybind11's RuntimeError. After a SIGTERM it is the stop; without one, an
+    # error like it is the script's and goes up.
+    _final, eval_data = two_checkpoints(tmp_path)
+    ckpts._update_state(str(tmp_path), "ckpt-1", ["ckpt-1"])
+
+    import signal
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # else the evaluator keeps off
+
+    metrics: Any = strata_metrics_class()
+    begin = metrics.on_test_begin
+    calls: list[None] = []
+
+    def begin_in_native_code(self: Any, logs: Any = None) -> None:
+        calls.append(None)
+        if len(calls) > 1:
+            return begin(self, logs)
+        replaced: BaseException | None = None
+        try:
+            if sigterm:
+                signal.raise_signal(signal.SIGTERM)
+        except BaseException as exc:
+            replaced = exc
+        raise RuntimeError(f"pybind11::error_already_set: MISMATCH, REPLACED BY {replaced!r}")
+
+    monkeypatch.setattr(metrics, "on_test_begin", begin_in_native_code)
+    sink = FakeSink()
+    expected: type[BaseException] = SystemExit if sigterm else RuntimeError
+    with pytest.raises(expected):
+        run_sidecar_evaluator(build_model(), eval_data, directory=str(tmp_path), sink=sink)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # With the stop, the newest checkpoint is evaluated (once) before the exit.
+    assert [step for step, _ in sink.series("eval/loss")] == ([4] if sigterm else [])
+
+
 def test_sidecar_evaluator_needs_strata(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STRATA_CHECKPOINT_DIR", raising=False)
     with pytest.raises(NotUnderStrata, match="STRATA_CHECKPOINT_DIR"):
