@@ -603,7 +603,8 @@ def test_a_sigterm_that_native_code_turned_into_another_error_still_stops(
     def begin_in_native_code(self: Any, logs: Any = None) -> None:
         calls.append(None)
         if len(calls) > 1:
-            return begin(self, logs)
+            begin(self, logs)
+            return
         replaced: BaseException | None = None
         try:
             if sigterm:
