@@ -66,6 +66,11 @@ class TaskEnvironment(BaseModel):
     # The spec's checkpoint.warm_start_from: an absolute checkpoint prefix or dir whose
     # weights a task without a backup of its own starts from (agents.runtime.warm_start).
     warm_start_from: _Text = Field(default=None, alias="STRATA_WARM_START_FROM")
+    # Set in a client coordinator (runtime.connect): its session with the job. Its backups
+    # outlive fit, so that the next client resumes from them.
+    client_session: Annotated[_Integer, Field(ge=1)] = Field(
+        default=None, alias="STRATA_CLIENT_SESSION"
+    )
     # The CA the agent trusts for the server, so that the runtime trusts the same one.
     ca_file: _Text = Field(default=None, alias=CA_FILE_ENV)
     # gRPC's failure mode for calls to a dead peer.

@@ -181,6 +181,23 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="How long a TensorBoard may take to start serving."
     )
 
+    # The client coordinator of a job with coordinator: client (runtime.connect).
+    client_idle_timeout: float = Field(
+        default=1800.0,
+        gt=0,
+        description="A job whose coordinator is the client ends after this many seconds with "
+        "no client attached (its spec's client_idle_timeout wins).",
+    )
+    client_heartbeat_seconds: float = Field(
+        default=5.0, gt=0, description="A client coordinator says it is alive this often."
+    )
+    client_lost_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A client silent this long is detached as gone (a killed kernel, a "
+        "closed laptop).",
+    )
+
     # Slurm (docs/slurm.md): a job whose spec has a `slurm:` section runs as one Slurm job.
     slurm_enabled: bool = Field(
         default=False,

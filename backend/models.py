@@ -5,7 +5,7 @@ from __future__ import annotations
 from backend.audit.models import AuditEntry
 from backend.db import Base
 from backend.hosts.models import Device, Host
-from backend.jobs.models import Checkpoint, Job, JobEvent, Task
+from backend.jobs.models import Checkpoint, Job, JobClient, JobEvent, Task
 from backend.slurm.models import SlurmJob
 from backend.streams.models import MetricPoint
 from backend.teams.models import Project, ProjectMember, User
@@ -19,6 +19,7 @@ __all__ = [
     "Device",
     "Host",
     "Job",
+    "JobClient",
     "JobEvent",
     "MetricPoint",
     "Project",

@@ -24,9 +24,11 @@ from typing import Any
 from agents.host.containment import Containment, Containments
 from agents.host.launcher import DRAIN_SECONDS, TaskOutput
 from agents.host.process import OutputProtocol, die_with_parent
+from agents.host.warm_pool import WarmProcess
 from agents.protocol import MAX_LOG_LINE, TaskKey
 from bench.ab_env import Job, Scheduling, knob_env
 from bench.ab_variants import Knobs
+from bench.ab_warm import start_warm
 from bench.cpu_sampler import CpuSampler
 from bench.harness import REPO, machine_busy_seconds
 from bench.launch import (
@@ -116,6 +118,18 @@ def preexec_for(
     return preexec
 
 
+async def hand_to_warm(
+    task: str, argv: list[str], env: dict[str, str], warm: WarmProcess, setting: Setting
+) -> Started:
+    """The task given to a warm process, its output cut into lines as the agent's is."""
+    key = TaskKey(job_id=setting.job.job_id, task=task, attempt=0)
+    lines: list[str] = []
+    output = TaskOutput(key, lambda _key, new: lines.extend(new), MAX_LOG_LINE)
+    warm.hand_output(output.feed)
+    await warm.assign(env, REPO, argv)
+    return Started(task, warm.transport, warm.protocol, None, lines, piped=True)
+
+
 async def start_task(
     task: str, argv: list[str], env: dict[str, str], knobs: Knobs, setting: Setting, logs: Path
 ) -> Started:
@@ -184,17 +198,24 @@ async def run_tasks(
     task and its exit code."""
     configs = cluster_configs(strategy)
     started: list[Started] = []
+    # As the agent's pool has them: every warm process ready before the job comes.
+    warm = [await start_warm(knobs.idle_import) for _ in configs] if knobs.warm else []
     try:
         for task, config in configs.items():
             env = knob_env(knobs, strategy, task, config, setting.job)
             argv = task_argv(strategy, task, plan, knobs)
-            one = await start_task(task, argv, env, knobs, setting, logs)
+            if warm:
+                one = await hand_to_warm(task, argv, env, warm.pop(), setting)
+            else:
+                one = await start_task(task, argv, env, knobs, setting, logs)
             for sampler in samplers:
                 sampler.watch(task, one.pid)
             started.append(one)
         lead = next(s for s in started if s.task == lead_task(strategy))
         await finish(started, lead, strategy)
     finally:
+        for unused in warm:
+            unused.discard()
         for one in started:
             if not one.protocol.exited.done():
                 with contextlib.suppress(ProcessLookupError):
@@ -214,7 +235,7 @@ def run_hand(strategy: str, plan: Plan, knobs: Knobs, setting: Setting, workdir:
         lead, code = asyncio.run(run_tasks(strategy, plan, knobs, setting, logs, sampler, delays))
         machine_cores = (machine_busy_seconds() - busy) / (time.time() - started)
     log_path = logs / f"{lead.task.replace(':', '-')}.log"
-    lines = lead.lines if knobs.pipes else log_path.read_text(errors="replace").splitlines()
+    lines = lead.lines if lead.piped else log_path.read_text(errors="replace").splitlines()
     read = read_run(lines, started, plan)
     if code != 0 or read is None:
         raise RuntimeError(f"by-hand {strategy} run ({knobs}) failed ({code}): {lines[-20:]}")

@@ -42,6 +42,11 @@ class Knobs:
     threads: bool = False
     # parameter_server: workers and ps run `python -m agents.runtime.server`, not the script.
     server_entry: bool = False
+    # Started as a warm process (agents.host.warm, TensorFlow imported before the task is
+    # given to it over its socket), its output on pipes as the agent's are.
+    warm: bool = False
+    # With `warm`: its import at SCHED_IDLE, as the agent's warm pool has it where it can.
+    idle_import: bool = True
     # The runtime library: "backups" gives the task a checkpoint dir only (BackupAndRestore
     # and StrataCheckpoints, nothing streamed); "full" also lets it stream to the cluster's
     # server (StrataMetrics, the sender, TensorBoard event files) for a job kept pending.
@@ -64,6 +69,8 @@ HAND_VARIANTS: dict[str, Knobs] = {
     "hand+agent-sched": Knobs(agent_sched=True),
     "hand+threads": Knobs(threads=True),
     "hand+server-entry": Knobs(server_entry=True),
+    "hand+warm": Knobs(warm=True),
+    "hand+warm-busy-import": Knobs(warm=True, idle_import=False),
     "hand+backups": Knobs(runtime="backups"),
     "hand+runtime-callbacks": Knobs(runtime="full"),
     "hand+all": Knobs(
@@ -116,7 +123,10 @@ def parse_variants(text: str) -> list[str]:
 def describe(knobs: Knobs) -> list[str]:
     """The knobs that are on, by name (with the runtime's level), for the results file."""
     base = Knobs()
-    on = [f.name for f in fields(knobs) if f.name != "runtime" and getattr(knobs, f.name)]
+    skip = {"runtime", "idle_import"}
+    on = [f.name for f in fields(knobs) if f.name not in skip and getattr(knobs, f.name)]
+    if knobs.warm and not knobs.idle_import:
+        on.append("busy_import")
     if knobs.runtime != base.runtime:
         on.append(f"runtime={knobs.runtime}")
     return on

@@ -39,6 +39,8 @@ __all__ = [
     "Strategy",
     "StrategyName",
     "callbacks",
+    "connect",
+    "disconnect",
     "flush",
     "report",
     "role",
@@ -101,6 +103,31 @@ def _build_strategy() -> Strategy:
             f"which must configure TensorFlow at program startup ({exc}): call "
             "runtime.strategy() before building a model or running any TensorFlow op"
         )
+
+
+def connect(job: Any, **options: Any) -> Strategy:
+    """Coordinate a parameter_server job submitted with ``coordinator: client`` from this
+    process (a notebook kernel, a script anywhere): the job's ParameterServerStrategy.
+
+    `job` is its id, or a spec to submit. Waits until its workers and ps serve, attaches as
+    its one client (``take_over=True`` replaces another), and makes `callbacks()` report,
+    checkpoint and back up as a chief's would. ``resume=False`` starts a new model instead
+    of resuming from the last client's backup; ``checkpoint_dir=`` writes elsewhere than
+    the job's dir; `server` and `token` default to STRATA_SERVER and STRATA_TOKEN. See
+    `agents.runtime.client`.
+    """
+    global _strategy
+    from agents.runtime.client import connect as attach
+
+    _strategy = attach(job, **options).strategy
+    return _strategy
+
+
+def disconnect() -> None:
+    """Detach from the job this process coordinates; its workers and ps keep serving."""
+    from agents.runtime.client import disconnect as detach
+
+    detach()
 
 
 def callbacks(batch_size: int | None = None) -> list[Any]:

@@ -610,16 +610,22 @@ def backup_and_restore(
     It backs up at an epoch end once `every_seconds` have passed since the last backup or
     the start of training (0: at every epoch end), so that short epochs do not pay for a
     backup each.
+
+    In a client coordinator (runtime.connect) the backup outlives `fit`, its last epoch
+    backed up at the end whatever the interval: the next client (a restarted kernel) resumes
+    from it rather than from the first epoch.
     """
     import tf_keras
 
     backup_dir = os.path.join(directory, BACKUP_SUBDIR)
+    keep = task_environment().client_session is not None
 
     class StrataBackup(tf_keras.callbacks.Callback):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.inner: Any = None
             self.last_backup = clock()
+            self.unsaved_epoch: int | None = None  # the last epoch, if not backed up
 
         def set_model(self, model: Any) -> None:
             super().set_model(model)
@@ -628,9 +634,13 @@ def backup_and_restore(
             if keras_flavor(model) is KerasFlavor.keras3:
                 import keras
 
-                self.inner = keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch")
+                self.inner = keras.callbacks.BackupAndRestore(
+                    backup_dir, save_freq="epoch", delete_checkpoint=not keep
+                )
             else:
-                self.inner = tf_keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch")
+                self.inner = tf_keras.callbacks.BackupAndRestore(
+                    backup_dir, save_freq="epoch", delete_checkpoint=not keep
+                )
             self.inner.set_model(model)
             params = getattr(self, "params", None)  # Keras 3 sets them after the model
             if params:
@@ -649,12 +659,16 @@ def backup_and_restore(
             self.inner.on_epoch_begin(epoch, logs)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.unsaved_epoch = epoch
             if clock() - self.last_backup >= every_seconds:
                 self.inner.on_epoch_end(epoch, logs)
+                self.unsaved_epoch = None
                 # From the end of the save: a slow save does not shorten the next interval.
                 self.last_backup = clock()
 
         def on_train_end(self, logs: Any = None) -> None:
+            if keep and self.unsaved_epoch is not None:
+                self.inner.on_epoch_end(self.unsaved_epoch, logs)
             self.inner.on_train_end(logs)
 
     return StrataBackup()

@@ -30,8 +30,11 @@ from backend.api.deps import (
 from backend.api.frame_limits import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.checkpoints.service import record_reported_checkpoint
+from backend.clients import service as clients
 from backend.config import Settings
 from backend.jobs import queries as jobs
+from backend.jobs.models import Job, JobClient
+from backend.jobs.spec import JobSpec
 from backend.scheduling.launch import checkpoint_dir
 from backend.scheduling.runtime_links import CommandOutcome, RuntimeLink
 
@@ -77,8 +80,8 @@ async def task_channel(
         return
     inbound.peer = f"the runtime of job {job_id} {hello.task} attempt {hello.attempt}"
     async with sessions() as session:
-        task = await jobs.find_task(session=session, job_id=job_id, task=hello.task)
-    if task is None or hello.attempt > task.attempt:
+        spec = await _spec_if_known(session, job_id, hello)
+    if spec is None:
         security.refused(inbound.peer, "a task_hello for a task attempt its job does not have")
         await close(
             websocket,
@@ -87,7 +90,6 @@ async def task_channel(
             cause="unknown_attempt",
         )
         return
-    spec = task.job.job_spec
     directory = checkpoint_dir(spec, job_id, settings.checkpoints)
 
     link = RuntimeLink(job_id, hello.task, hello.attempt, websocket.send_text)
@@ -125,6 +127,20 @@ async def task_channel(
             pass
         finally:
             links.detach(link)
+
+
+async def _spec_if_known(session: AsyncSession, job_id: int, hello: TaskHello) -> JobSpec | None:
+    """The job's spec, if it has the attempt the hello names: one of its tasks', or a
+    session of its client coordinator (which reports as chief:0)."""
+    task = await jobs.find_task(session=session, job_id=job_id, task=hello.task)
+    if task is not None:
+        return task.job.job_spec if hello.attempt <= task.attempt else None
+    if hello.task != clients.CLIENT_TASK:
+        return None
+    client = await session.get(JobClient, job_id)
+    if client is None or not 1 <= hello.attempt <= client.session:
+        return None
+    return (await session.get_one(Job, job_id)).job_spec
 
 
 async def _store_checkpoint(

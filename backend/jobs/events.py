@@ -21,6 +21,7 @@ class EventKind(StrEnum):
     restart = "restart"  # tasks are restarted, by the restart policy or by request
     evaluator = "evaluator"  # the sidecar evaluator was requested, started or stopped
     checkpoint = "checkpoint"  # a runtime reported a checkpoint (streams carry it as its own frame)
+    client = "client"  # a client coordinator attached, detached or was found gone
 
 
 async def record_event(

@@ -195,6 +195,30 @@ class Checkpoint(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+class JobClient(Base):
+    """The client coordinator of a job whose spec says coordinator: client (runtime.connect):
+    one row per job, the attachment now or the last one."""
+
+    __tablename__ = "job_clients"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    # How many times a client attached: the current one's number, which its runtime reports
+    # its metrics under (as the attempt of chief:0) and names in its heartbeats.
+    session: Mapped[int] = mapped_column(Integer, default=0)
+    host: Mapped[str] = mapped_column(String(255))  # where it runs, as it said
+    pid: Mapped[int] = mapped_column(Integer)
+    actor: Mapped[str | None] = mapped_column(String(128))  # whose token attached it
+    attached_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime)  # its last heartbeat
+    # When it detached or was found gone (null while attached): the job's idle time counts
+    # from here.
+    detached_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    @property
+    def attached(self) -> bool:
+        return self.detached_at is None
+
+
 def tasks_change_their_job(session: Session, _context: object, _instances: object) -> None:
     """A change to a task is a change to its job: the job's row is updated too, so that its
     version check catches a task change made from a stale view of the job."""

@@ -29,8 +29,8 @@ from agents.vocabulary import TaskName, format_task_name
 from backend.errors import NotFound
 from backend.hosts.models import Host
 from backend.jobs.actions import job_actions
-from backend.jobs.models import Job, JobEvent, Task
-from backend.jobs.schemas import JobRead, TaskRead
+from backend.jobs.models import Job, JobClient, JobEvent, Task
+from backend.jobs.schemas import ClientRead, JobRead, TaskRead
 from backend.jobs.spec import stored_spec
 from backend.jobs.states import JobStatus
 from backend.json_rows import JsonRows
@@ -93,7 +93,11 @@ async def read_job(*, session: AsyncSession, job_id: int) -> JobRead:
     views, _ = await _job_views(session, query, {"job_id": job_id, "limit": 1, "offset": 0})
     if not views:
         raise NotFound(f"job {job_id} does not exist")
-    return views[0]
+    view = views[0]
+    if view.spec.coordinator == "client":
+        client = await session.get(JobClient, job_id)
+        view.client = ClientRead.of(client) if client is not None else None
+    return view
 
 
 class _PageQuery(NamedTuple):

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from backend.hosts.schemas import TaskStatsRead
 from backend.jobs.actions import JobActions
+from backend.jobs.models import JobClient
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import JobStatus, TaskStatus
 
@@ -39,6 +40,32 @@ class TaskRead(BaseModel):
     )
 
 
+class ClientRead(BaseModel):
+    """The job's client coordinator: the one attached, or the last one."""
+
+    session: int = Field(description="Its number: the attempt its metrics are reported under.")
+    host: str
+    pid: int
+    actor: str | None = Field(description="Whose token attached it.")
+    attached: bool
+    attached_at: datetime
+    seen_at: datetime = Field(description="Its last heartbeat.")
+    detached_at: datetime | None
+
+    @classmethod
+    def of(cls, client: JobClient) -> ClientRead:
+        return cls(
+            session=client.session,
+            host=client.host,
+            pid=client.pid,
+            actor=client.actor,
+            attached=client.attached,
+            attached_at=client.attached_at,
+            seen_at=client.seen_at,
+            detached_at=client.detached_at,
+        )
+
+
 class JobRead(BaseModel):
     id: int
     name: str
@@ -67,6 +94,11 @@ class JobRead(BaseModel):
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    client: ClientRead | None = Field(
+        default=None,
+        description="coordinator: client only: the client attached now, or the last one "
+        "(in the one-job read; null in lists).",
+    )
 
 
 class JobPage(BaseModel):

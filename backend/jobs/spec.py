@@ -234,7 +234,23 @@ class JobSpec(_Strict):
 
     name: str = Field(description="Short and safe: letters, digits, '.', '_' and '-'.")
     strategy: Strategy
-    entrypoint: list[str] = Field(min_length=1, max_length=256, description="argv, no shell.")
+    entrypoint: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="argv, no shell. Required, except for a job whose coordinator is the "
+        "client and has no evaluator (its workers and ps run Strata's server).",
+    )
+    coordinator: Literal["chief", "client"] = Field(
+        default="chief",
+        description="parameter_server only: who runs the training code. chief: the job's "
+        "chief task; client: your own Python process (a notebook, a script anywhere), which "
+        "attaches with runtime.connect(job) while the workers and ps serve.",
+    )
+    client_idle_timeout: Annotated[float, Field(gt=0, le=7 * 86400)] | None = Field(
+        default=None,
+        description="coordinator: client only: seconds the job waits with no client attached "
+        "before it ends (null: the server's STRATA_CLIENT_IDLE_TIMEOUT).",
+    )
     working_dir: str = Field(
         default=".", description="Under the agent's workspace, or under the code bundle's root."
     )
@@ -325,7 +341,7 @@ class JobSpec(_Strict):
     @field_validator("entrypoint")
     @classmethod
     def _argv_items(cls, value: list[str]) -> list[str]:
-        if not value[0].strip():
+        if value and not value[0].strip():
             raise ValueError("argv[0] (the program) must not be empty")
         for position, arg in enumerate(value):
             if "\x00" in arg:
@@ -361,6 +377,42 @@ class JobSpec(_Strict):
         return sum(self.replicas.of(role).count for role in roles)
 
 
+def coordinator_issues(spec: JobSpec) -> list[FieldIssue]:
+    """The rules of `coordinator` and `client_idle_timeout`, and when an entrypoint is needed."""
+    issues: list[FieldIssue] = []
+    client = spec.coordinator == "client"
+    if client and spec.strategy != Strategy.parameter_server:
+        why = (
+            "multi_worker_mirrored has no client mode in TensorFlow 2: every worker runs the "
+            "training code and takes part in each step"
+            if spec.strategy == Strategy.multi_worker_mirrored
+            else "mirrored is one process that trains itself"
+        )
+        issues.append(FieldIssue("coordinator", f"client is for parameter_server only: {why}"))
+    if client and spec.replicas.chief.count:
+        issues.append(
+            FieldIssue(
+                f"replicas.{Role.chief}.count",
+                "a job whose coordinator is the client has no chief: the client that "
+                "attaches with runtime.connect(job) is its coordinator; set it to 0",
+            )
+        )
+    if spec.client_idle_timeout is not None and not client:
+        issues.append(
+            FieldIssue(
+                "client_idle_timeout",
+                "only a job whose coordinator is the client (coordinator: client) waits for one",
+            )
+        )
+    runs_user_code = not client or spec.replicas.evaluator.count > 0
+    if runs_user_code and not spec.entrypoint:
+        whose = "the sidecar evaluator's" if client else "the training code's"
+        issues.append(
+            FieldIssue("entrypoint", f"is required: {whose} argv, e.g. [python, train.py]")
+        )
+    return issues
+
+
 def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
     """The rules that tie replica counts to the strategy (ARCHITECTURE §3)."""
     r = spec.replicas
@@ -370,12 +422,15 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
         if not ok:
             issues.append(FieldIssue(f"replicas.{role}.count", message))
 
+    issues.extend(coordinator_issues(spec))
     if spec.strategy == Strategy.parameter_server:
-        need(
-            r.chief.count == 1,
-            Role.chief,
-            "parameter_server needs exactly one chief (the coordinator)",
-        )
+        if spec.coordinator == "chief":
+            need(
+                r.chief.count == 1,
+                Role.chief,
+                "parameter_server needs exactly one chief (the coordinator), or "
+                "coordinator: client",
+            )
         need(r.worker.count >= 1, Role.worker, "parameter_server needs at least one worker")
         need(r.ps.count >= 1, Role.ps, "parameter_server needs at least one ps")
     elif spec.strategy == Strategy.multi_worker_mirrored:

@@ -32,6 +32,7 @@ from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
+from backend.scheduling.reconcilers.idle_clients import IdleClients
 from backend.scheduling.reconcilers.lost_hosts import LostHosts
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
@@ -81,6 +82,7 @@ class Controller:
             ReportedStarts(view=view),
             RunningTasks(view=view),
             LostHosts(view=view, pace=self.pace),
+            IdleClients(settings=settings),
             FinishedJobs(),
             RestartedTasks(view=view),
             PendingJobs(view=view, wake=self.wake),
