@@ -126,7 +126,8 @@ async def hand_to_warm(
     lines: list[str] = []
     output = TaskOutput(key, lambda _key, new: lines.extend(new), MAX_LOG_LINE)
     warm.hand_output(output.feed)
-    await warm.assign(env, REPO, argv)
+    # The agent hands a warm process `python script ...` (its own interpreter runs it).
+    await warm.assign(env, REPO, ["python", *argv[1:]])
     return Started(task, warm.transport, warm.protocol, None, lines, piped=True)
 
 

@@ -54,7 +54,11 @@ TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class ConnectError(RuntimeError):
-    """The job cannot be coordinated from here, and why."""
+    """The job cannot be coordinated from here, and why (`status`: the server's answer)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -114,7 +118,9 @@ def _request(server: str, token: str | None, method: str, path: str, body: Any =
             detail = response.json().get("detail") or response.json()
         except ValueError:
             detail = response.text or response.reason_phrase
-        raise ConnectError(f"{method} {path}: {response.status_code} {detail}")
+        raise ConnectError(
+            f"{method} {path}: {response.status_code} {detail}", response.status_code
+        )
     return None if response.status_code == 204 else response.json()
 
 
@@ -163,6 +169,37 @@ def client_strategy(cluster: Mapping[str, list[str]]) -> Strategy:
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def attach(server: str, token: str | None, job_id: int, take_over: bool) -> Any:
+    """POST /jobs/{id}/client. The client still attached may be this machine's, dead (a
+    kernel that crashed before it could detach): then it is taken over without asking, as
+    the server would find it gone soon anyway."""
+    host = socket.gethostname()
+    body = {"host": host, "pid": os.getpid(), "take_over": take_over}
+    try:
+        return _request(server, token, "POST", f"/jobs/{job_id}/client", body)
+    except ConnectError as exc:
+        if exc.status != 409 or take_over:
+            raise
+        holder = _request(server, token, "GET", f"/jobs/{job_id}").get("client") or {}
+        if not holder.get("attached") or holder.get("host") != host:
+            raise
+        if pid_alive(int(holder["pid"])):
+            raise
+        log.info("strata: taking over from client %s, whose process is gone", holder["session"])
+        body["take_over"] = True
+        return _request(server, token, "POST", f"/jobs/{job_id}/client", body)
+
+
 def connect(
     job: int | Mapping[str, Any],
     *,
@@ -195,13 +232,7 @@ def connect(
             f"job {job_id}"
         )
     wait_until_running(server, token, job_id, timeout)
-    attached = _request(
-        server,
-        token,
-        "POST",
-        f"/jobs/{job_id}/client",
-        {"host": socket.gethostname(), "pid": os.getpid(), "take_over": take_over},
-    )
+    attached = attach(server, token, job_id, take_over)
     env = dict(attached["env"]) | {TaskEnvironment.variable("server"): server}
     if checkpoint_dir is not None:
         env[TaskEnvironment.variable("checkpoint_dir")] = os.path.abspath(checkpoint_dir)

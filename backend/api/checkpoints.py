@@ -31,6 +31,7 @@ from backend.errors import (
     error_responses,
 )
 from backend.jobs import queries as jobs
+from backend.jobs.models import JobClient
 
 router = APIRouter(
     prefix="/jobs/{job_id}",
@@ -78,7 +79,8 @@ async def checkpoint_now(
 ) -> CheckpointNow:
     """Ask the job's chief to write a checkpoint at its next step boundary, and answer when
     it has been written (the job's stream also gets a `checkpoint` frame)."""
-    writer = service.checkpoint_writer(await jobs.get_job(session=session, job_id=job_id))
+    job = await jobs.get_job(session=session, job_id=job_id)
+    writer = service.checkpoint_writer(job, await session.get(JobClient, job_id))
     task = writer.name
     link = links.find(job_id, task, writer.attempt)
     if link is None:

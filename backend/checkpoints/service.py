@@ -10,18 +10,19 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import CheckpointSaved
-from agents.vocabulary import Role
+from agents.vocabulary import Role, format_task_name
 from backend.checkpoints.schemas import checkpoint_read
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
 from backend.jobs.actions import CHECKPOINTABLE, SAVES_TOGETHER, is_training
 from backend.jobs.events import EventKind, record_event
-from backend.jobs.models import Checkpoint, Job, Task
+from backend.jobs.models import Checkpoint, Job, JobClient
 from backend.sizes import human_size
 
 
@@ -126,10 +127,19 @@ async def get_checkpoint(*, session: AsyncSession, checkpoint_id: int) -> Checkp
     return checkpoint
 
 
-def checkpoint_writer(job: Job) -> Task:
+class Writer(NamedTuple):
+    """Who is asked to write a checkpoint now: a task's attempt, or a client coordinator
+    (chief:0, its session the attempt)."""
+
+    name: str
+    attempt: int
+
+
+def checkpoint_writer(job: Job, client: JobClient | None = None) -> Writer:
     """The task asked to write a checkpoint now: the chief, else the first training task (a
-    mirrored job's one worker). A Conflict (409) says why there is none: the job is not
-    running, or its strategy saves only at epoch ends."""
+    mirrored job's one worker); in a job whose coordinator is the client, the client
+    attached (`client`). A Conflict (409) says why there is none: the job is not running,
+    its strategy saves only at epoch ends, or no client is attached."""
     if job.status not in CHECKPOINTABLE:
         raise Conflict(
             f"job {job.id} is {job.status.value}; a checkpoint can be taken only while it runs"
@@ -140,11 +150,18 @@ def checkpoint_writer(job: Job) -> Task:
             f"job {job.id} is multi_worker_mirrored: its workers save together, at epoch ends "
             "(checkpoint.every_epochs); checkpoint now needs parameter_server or mirrored"
         )
+    if job.spec is not None and job.job_spec.coordinator == "client":
+        if client is None or not client.attached:
+            raise Conflict(
+                f"job {job.id}'s coordinator is the client, and none is attached: the "
+                "client writes the checkpoints (runtime.connect)"
+            )
+        return Writer(format_task_name(Role.chief, 0), client.session)
     training = [t for t in job.tasks if is_training(t)]
     writer = next((t for t in training if t.role == Role.chief), training[0] if training else None)
     if writer is None:
         raise Conflict(f"job {job.id} has no task that writes checkpoints")
-    return writer
+    return Writer(writer.name, writer.attempt)
 
 
 async def list_checkpoints(

@@ -84,10 +84,15 @@ class Cluster:
         return self.wait_for(job_id, lambda j: j["status"] == status, timeout, status)
 
     def start_agent(
-        self, name: str, gpus: int, ports: str, state_dir: Path | None = None
+        self,
+        name: str,
+        gpus: int,
+        ports: str,
+        state_dir: Path | None = None,
+        address: str | None = None,
     ) -> subprocess.Popen[bytes]:
         """An agent beside the cluster's; its identity is kept in `state_dir` (default:
-        under the data dir, one per name)."""
+        under the data dir, one per name); `address`: where its tasks are reached."""
         state_dir = state_dir or self.data_dir / "agent-state" / name
         log = (self.data_dir / f"agent-{name}.log").open("ab")
         process = subprocess.Popen(
@@ -106,6 +111,7 @@ class Cluster:
                 str(REPO),
                 "--state-dir",
                 str(state_dir),
+                *(["--address", address] if address else []),
             ],
             env={**os.environ, "STRATA_AGENT_TOKEN": self.agent_token},
             stdout=log,

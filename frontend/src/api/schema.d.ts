@@ -264,6 +264,67 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{job_id}/client": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Attach
+         * @description Attach the caller as the job's coordinator (409 while another client is attached,
+         *     unless take_over; and until the job's workers and ps serve).
+         */
+        post: operations["attach_jobs__job_id__client_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/client/{session}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Detach
+         * @description The client is done coordinating; the workers and ps keep serving.
+         */
+        delete: operations["detach_jobs__job_id__client__session__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/client/{session}/heartbeat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Heartbeat
+         * @description The attached client is alive (409 once it was taken over or found gone).
+         */
+        post: operations["heartbeat_jobs__job_id__client__session__heartbeat_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}/evaluator": {
         parameters: {
             query?: never;
@@ -651,6 +712,62 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AttachRequest */
+        AttachRequest: {
+            /**
+             * Host
+             * @description Where the client runs.
+             */
+            host: string;
+            /**
+             * Pid
+             * @description The client's process id there.
+             */
+            pid: number;
+            /**
+             * Take Over
+             * @description Detach the client attached now, if any, and take its place.
+             * @default false
+             */
+            take_over: boolean;
+        };
+        /**
+         * Attachment
+         * @description What a client needs to coordinate the job: the cluster it drives, and the environment
+         *     the runtime reads in a chief (its token, checkpoint dir and policy, options).
+         */
+        Attachment: {
+            client: components["schemas"]["ClientRead"];
+            /**
+             * Cluster
+             * @description worker and ps addresses, host:port.
+             */
+            cluster: {
+                [key: string]: string[];
+            };
+            /**
+             * Env
+             * @description Strata's variables, as a chief would have them.
+             */
+            env: {
+                [key: string]: string;
+            };
+            /**
+             * Heartbeat Seconds
+             * @description How often to say it is alive.
+             */
+            heartbeat_seconds: number;
+            /**
+             * Lost Seconds
+             * @description Silent this long, it is detached as gone.
+             */
+            lost_seconds: number;
+            /**
+             * Task
+             * @description The task it is to the runtime channel: chief:0.
+             */
+            task: string;
+        };
         /**
          * AuditAction
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
@@ -853,6 +970,41 @@ export interface components {
             step: number | null;
             /** Trigger */
             trigger: string | null;
+        };
+        /**
+         * ClientRead
+         * @description The job's client coordinator: the one attached, or the last one.
+         */
+        ClientRead: {
+            /**
+             * Actor
+             * @description Whose token attached it.
+             */
+            actor: string | null;
+            /** Attached */
+            attached: boolean;
+            /**
+             * Attached At
+             * Format: date-time
+             */
+            attached_at: string;
+            /** Detached At */
+            detached_at: string | null;
+            /** Host */
+            host: string;
+            /** Pid */
+            pid: number;
+            /**
+             * Seen At
+             * Format: date-time
+             * @description Its last heartbeat.
+             */
+            seen_at: string;
+            /**
+             * Session
+             * @description Its number: the attempt its metrics are reported under.
+             */
+            session: number;
         };
         /** ClusterRead */
         ClusterRead: {
@@ -1227,6 +1379,8 @@ export interface components {
         JobRead: {
             /** @description What the server would accept for this job now. */
             actions: components["schemas"]["JobActions"];
+            /** @description coordinator: client only: the client attached now, or the last one (in the one-job read; null in lists). */
+            client?: components["schemas"]["ClientRead"] | null;
             /**
              * Created At
              * Format: date-time
@@ -1294,8 +1448,20 @@ export interface components {
              *     }
              */
             checkpoint: components["schemas"]["CheckpointPolicy"];
+            /**
+             * Client Idle Timeout
+             * @description coordinator: client only: seconds the job waits with no client attached before it ends (null: the server's STRATA_CLIENT_IDLE_TIMEOUT).
+             */
+            client_idle_timeout?: number | null;
             /** @description Run in this code bundle instead of the agent's workspace. */
             code?: components["schemas"]["CodeRef"] | null;
+            /**
+             * Coordinator
+             * @description parameter_server only: who runs the training code. chief: the job's chief task; client: your own Python process (a notebook, a script anywhere), which attaches with runtime.connect(job) while the workers and ps serve.
+             * @default chief
+             * @enum {string}
+             */
+            coordinator: "chief" | "client";
             /**
              * Description
              * @description Free text about the job (searchable).
@@ -1304,9 +1470,9 @@ export interface components {
             description: string;
             /**
              * Entrypoint
-             * @description argv, no shell.
+             * @description argv, no shell. Required, except for a job whose coordinator is the client and has no evaluator (its workers and ps run Strata's server).
              */
-            entrypoint: string[];
+            entrypoint?: string[];
             /** Env */
             env?: {
                 [key: string]: string;
@@ -3058,6 +3224,214 @@ export interface operations {
             };
             /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    attach_jobs__job_id__client_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AttachRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Attachment"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    detach_jobs__job_id__client__session__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id. */
+                job_id: number;
+                session: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    heartbeat_jobs__job_id__client__session__heartbeat_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id. */
+                job_id: number;
+                session: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ClientRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

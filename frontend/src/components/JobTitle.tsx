@@ -1,5 +1,6 @@
 // The job page's title block: name, status, what the job is and how far it got, and its reason.
 import { isFinished, type Job } from "../api/types";
+import { clientLine } from "../data/jobClient";
 import { ago, duration } from "../ui/format";
 import { href } from "../ui/router";
 import { StatusBadge } from "./common";
@@ -31,6 +32,11 @@ export function JobTitle({ job, progress, now }: { job: Job; progress: string; n
         {job.spec.slurm ? (
           <span data-testid="job-slurm" title="The Slurm job it runs as">
             Slurm job {job.slurm_job_id ?? "not submitted yet"}
+          </span>
+        ) : null}
+        {job.spec.coordinator === "client" ? (
+          <span data-testid="job-client" title="Its coordinator is a client: a notebook or script that attached with runtime.connect">
+            {clientLine(job, now)}
           </span>
         ) : null}
         {job.spec.environment?.image ? (

@@ -11,7 +11,8 @@ export function specFields(spec: JobSpec): Map<string, string> {
     fields.set(path, typeof value === "string" ? value : JSON.stringify(value));
   };
   put("strategy", spec.strategy);
-  put("entrypoint", spec.entrypoint.join(" "));
+  put("entrypoint", (spec.entrypoint ?? []).join(" "));
+  put("coordinator", spec.coordinator);
   put("working_dir", spec.working_dir);
   for (const [key, value] of Object.entries(spec.env ?? {})) put(`env.${key}`, value);
   for (const [role, replica] of Object.entries(spec.replicas ?? {})) {
@@ -45,7 +46,7 @@ export function specDifferences(specs: JobSpec[]): { differences: SpecDifference
   return { differences, same };
 }
 
-const ORDER = ["strategy", "entrypoint", "working_dir", "env.", "replicas.", "checkpoint.", "restart.", "tags"];
+const ORDER = ["strategy", "coordinator", "entrypoint", "working_dir", "env.", "replicas.", "checkpoint.", "restart.", "tags"];
 function byPath(a: string, b: string): number {
   const rank = (p: string) => ORDER.findIndex((prefix) => p === prefix || (prefix.endsWith(".") && p.startsWith(prefix)));
   return rank(a) - rank(b) || a.localeCompare(b);

@@ -164,7 +164,6 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
         "restart.max_restarts",
         "less than or equal to 100",
     ),
-    ("empty entrypoint", {"entrypoint": []}, "entrypoint", "at least 1 item"),
     (
         "shell string entrypoint",
         {"entrypoint": "python train.py --epochs 5"},
@@ -210,6 +209,44 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
         "must lie within 16 MiB and 64 TiB",
     ),
     (
+        "client mode under multi_worker_mirrored",
+        {
+            "strategy": "multi_worker_mirrored",
+            "replicas": replicas(worker=2),
+            "coordinator": "client",
+        },
+        "coordinator",
+        "multi_worker_mirrored has no client mode in TensorFlow 2",
+    ),
+    (
+        "client mode with a chief",
+        {"coordinator": "client"},
+        "replicas.chief.count",
+        "has no chief: the client that attaches with runtime.connect(job) is its coordinator",
+    ),
+    (
+        "an idle timeout without a client",
+        {"client_idle_timeout": 60.0},
+        "client_idle_timeout",
+        "only a job whose coordinator is the client",
+    ),
+    (
+        "empty entrypoint",
+        {"entrypoint": []},
+        "entrypoint",
+        "is required: the training code's argv",
+    ),
+    (
+        "no entrypoint for a client job's evaluator",
+        {
+            "coordinator": "client",
+            "entrypoint": [],
+            "replicas": replicas(worker=1, ps=1, evaluator=1),
+        },
+        "entrypoint",
+        "is required: the sidecar evaluator's argv",
+    ),
+    (
         "every_epochs zero",
         {"checkpoint": {"every_epochs": 0}},
         "checkpoint.every_epochs",
@@ -243,7 +280,15 @@ def test_a_tasks_memory_limit_travels_in_bytes_in_its_start_message(tmp_path: Pa
     assert start.memory_limit == 4 * 1024**3
 
 
-@pytest.mark.parametrize("missing", ["name", "strategy", "entrypoint", "replicas"])
+def test_a_job_of_servers_for_a_client_needs_no_entrypoint() -> None:
+    spec = validate_spec(
+        make_spec(coordinator="client", entrypoint=[], replicas=replicas(worker=2, ps=1))
+    )
+    assert (spec.coordinator, spec.client_idle_timeout, spec.entrypoint) == ("client", None, [])
+    assert validate_spec(make_spec()).coordinator == "chief"
+
+
+@pytest.mark.parametrize("missing", ["name", "strategy", "replicas"])
 def test_required_fields(missing: str) -> None:
     spec = make_spec()
     del spec[missing]

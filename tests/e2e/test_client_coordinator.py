@@ -1,0 +1,154 @@
+"""A job whose coordinator is the client: a real Jupyter kernel (the example notebook,
+executed by nbclient) coordinates its workers and ps, a new kernel resumes, a client killed
+mid-fit leaves the servers serving until the job's client_idle_timeout ends it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.support.cluster import Cluster, local_cluster, wait_no_processes
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "examples" / "digits_client.ipynb"
+LOST_SECONDS = 4
+
+
+def servers_spec(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "strategy": "parameter_server",
+        "coordinator": "client",
+        "replicas": {"worker": {"count": 2}, "ps": {"count": 1}},
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with pytest.MonkeyPatch.context() as patch:
+        # A killed client is found gone in seconds (the default is 30).
+        patch.setenv("STRATA_CLIENT_HEARTBEAT_SECONDS", "1")
+        patch.setenv("STRATA_CLIENT_LOST_SECONDS", str(LOST_SECONDS))
+        with local_cluster(tmp_path_factory.mktemp("client") / "data") as running:
+            yield running
+
+
+def client_env(cluster: Cluster, job_id: int, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "STRATA_SERVER": cluster.url,
+        "STRATA_TOKEN": cluster.admin_token,
+        "STRATA_JOB": str(job_id),
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
+
+
+def run_notebook(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """The notebook executed in a new kernel (shut down after): its printed output."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the kernel inherits this process's environment
+    notebook = nbformat.read(NOTEBOOK, as_version=4)  # type: ignore[no-untyped-call]
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
+    return "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
+
+
+def attempts(job: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    return {task["name"]: (task["attempt"], task["status"]) for task in job["tasks"]}
+
+
+def test_a_notebook_kernel_coordinates_and_a_new_kernel_resumes(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = cluster.submit(servers_spec("from-a-notebook"))["id"]
+    servers = attempts(cluster.wait_status(job_id, "running"))
+    assert servers == {name: (0, "running") for name in ("worker:0", "worker:1", "ps:0")}
+
+    first = run_notebook(client_env(cluster, job_id, DIGITS_EPOCHS="3"), monkeypatch)
+    assert "epochs run: [1, 2, 3]" in first, first
+    assert "metrics stored: True" in first, first
+    stored = cluster.http.get(
+        f"/jobs/{job_id}/metrics", params={"task": "chief:0", "names": "loss,val_loss"}
+    ).json()
+    steps = {series["name"]: series["steps"] for series in stored["series"]}
+    assert steps == {"loss": [20, 40, 60], "val_loss": [20, 40, 60]}, stored
+
+    # A new kernel: the servers kept serving, and fit goes on from the first kernel's backup.
+    second = run_notebook(client_env(cluster, job_id, DIGITS_EPOCHS="5"), monkeypatch)
+    assert "epochs run: [4, 5]" in second, second
+    job = cluster.http.get(f"/jobs/{job_id}").json()
+    assert job["status"] == "running"
+    assert attempts(job) == servers  # no worker or ps was restarted
+    assert job["client"]["session"] == 2 and not job["client"]["attached"]
+    events = cluster.http.get(f"/jobs/{job_id}/events").json()
+    client_events = [e["message"] for e in events if e["kind"] == "client"]
+    assert [message.split(" (")[0] for message in client_events] == [
+        "client 1",
+        "client 1",
+        "client 2",
+        "client 2",
+    ]
+    assert client_events[0].endswith("attached as the coordinator")
+    assert client_events[1].endswith("detached")
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints").json()
+    assert {c["epoch"] for c in checkpoints} >= {1, 2, 3, 4, 5}
+    cluster.http.post(f"/jobs/{job_id}/cancel")
+    wait_no_processes(job_id, server=cluster.url, timeout=60)
+
+
+def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: Cluster) -> None:
+    job_id = cluster.submit(servers_spec("killed-client", client_idle_timeout=10))["id"]
+    servers = attempts(cluster.wait_status(job_id, "running"))
+    client = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.client_fit", "500"],
+        env=client_env(cluster, job_id),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None
+        for line in client.stdout:
+            if line.startswith("client epoch=2 "):
+                break
+        # Checkpoint now reaches the client, which writes it at its next step.
+        answer = cluster.http.post(f"/jobs/{job_id}/checkpoint", timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["checkpoint"]["trigger"] == "command"
+        client.send_signal(signal.SIGKILL)
+    finally:
+        client.kill()
+        client.wait()
+    gone = cluster.wait_for(
+        job_id, lambda j: not j["client"]["attached"], 30, "the killed client detached"
+    )
+    assert gone["status"] == "running"
+    assert attempts(gone) == servers  # the servers did not notice
+    ended = cluster.wait_status(job_id, "cancelled", timeout=60)
+    assert ended["reason"].startswith("no client attached for ")
+    assert ended["reason"].endswith("(client_idle_timeout 10s)")
+    events = cluster.http.get(f"/jobs/{job_id}/events").json()
+    assert any(
+        e["kind"] == "client" and "is gone: no heartbeat for " in e["message"] for e in events
+    ), events
+    wait_no_processes(job_id, server=cluster.url, timeout=60)

@@ -1,0 +1,44 @@
+"""A client coordinator for the end-to-end tests: `python -m tests.support.client_fit
+EPOCHS [JOB]` connects to a job whose coordinator is the client (STRATA_SERVER, STRATA_TOKEN;
+the job: JOB, else STRATA_JOB) and fits the digits model, one line per epoch."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from typing import Any
+
+import tf_keras as keras
+
+from agents import runtime
+
+# The example's model and data, untyped (examples/ is not type-checked).
+digits: Any = importlib.import_module("examples.digits")
+
+
+class EpochLines(keras.callbacks.Callback):  # type: ignore[misc]
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        print(f"client epoch={epoch + 1} wall_time={time.time():.3f}", flush=True)
+
+
+def main() -> None:
+    epochs = int(sys.argv[1])
+    job = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ["STRATA_JOB"])
+    strategy = runtime.connect(job)
+    (features, labels), _ = digits.load_data()
+    with strategy.scope():
+        model = digits.build_model()
+    model.fit(
+        digits.make_dataset_creator(features, labels, 64),
+        epochs=epochs,
+        steps_per_epoch=20,
+        callbacks=[EpochLines(), *runtime.callbacks(batch_size=64)],
+        verbose=0,
+    )
+    runtime.flush()
+
+
+if __name__ == "__main__":
+    main()
