@@ -62,7 +62,10 @@ def run_notebook(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
         monkeypatch.setenv(name, value)  # the kernel inherits this process's environment
     notebook = nbformat.read(NOTEBOOK, as_version=4)  # type: ignore[no-untyped-call]
     NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     ).execute()
     return "".join(
         output.get("text", "")
