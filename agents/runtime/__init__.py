@@ -113,8 +113,10 @@ def connect(job: Any, **options: Any) -> Strategy:
     its one client (``take_over=True`` replaces another), and makes `callbacks()` report,
     checkpoint and back up as a chief's would. ``resume=False`` starts a new model instead
     of resuming from the last client's backup; ``checkpoint_dir=`` writes elsewhere than
-    the job's dir; `server` and `token` default to STRATA_SERVER and STRATA_TOKEN. See
-    `agents.runtime.client`.
+    the job's dir; `address=` and `port=` say where the job's ps reach this process (they
+    do when a checkpoint is written; default: its address towards the workers, a free
+    port); `server` and `token` default to STRATA_SERVER and STRATA_TOKEN. See
+    `agents.runtime.client` and docs/client_mode.md.
     """
     global _strategy
     from agents.runtime.client import connect as attach
@@ -148,7 +150,10 @@ def callbacks(batch_size: int | None = None) -> list[Any]:
     """
     from agents.runtime.flavor import keras3_script_refusal
 
-    reason = keras3_script_refusal(strategy_name())
+    # A client's process is the user's own: it may have imported tf_keras before this
+    # package set tf.keras to it, which imports Keras 3 too, so that tells nothing there.
+    client = cluster.task_environment().client_session is not None
+    reason = None if client else keras3_script_refusal(strategy_name())
     if reason is not None:
         from agents.runtime.refusal import refuse
 

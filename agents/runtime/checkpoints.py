@@ -46,6 +46,7 @@ callback is built or used (`StrataCheckpoints` is built on attribute access).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -240,7 +241,7 @@ class CheckpointKeeper:
             from agents.runtime.traced_save import trace_backup_writes, trace_writes
 
             trace_writes(self._checkpoint)
-            trace_backup_writes(model)
+            trace_backup_writes(model, local_cpu(strategy))
         self._scanned = False
         if self._chief:
             self._scan_dir()
@@ -652,7 +653,13 @@ def backup_and_restore(
                 self.inner.set_params(params)
 
         def on_train_begin(self, logs: Any = None) -> None:
-            self.inner.on_train_begin(logs)
+            strategy = getattr(self.model, "distribute_strategy", None)
+            with contextlib.ExitStack() as reads:
+                if keras_flavor(self.model) is not KerasFlavor.keras3 and _is_ps(strategy):
+                    from agents.runtime.traced_save import reads_on
+
+                    reads.enter_context(reads_on(local_cpu(strategy)))
+                self.inner.on_train_begin(logs)
             self.last_backup = clock()
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -672,6 +679,12 @@ def backup_and_restore(
             self.inner.on_train_end(logs)
 
     return StrataBackup()
+
+
+def _is_ps(strategy: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.ParameterServerStrategy)
 
 
 def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | None:

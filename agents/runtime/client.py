@@ -17,9 +17,11 @@ Strata keeps them serving on the fleet. `connect`:
    client_idle_timeout with no client);
 5. returns a ParameterServerStrategy over the job's workers and ps.
 
-The connections all go one way, from here: HTTP and a websocket to the server, gRPC to each
-worker and ps at the addresses the server names. TensorFlow gives the coordinator a local
-address of its own (``localhost:<port>``) that no worker or ps ever dials.
+The connections: HTTP and a websocket to the server, and gRPC to each worker and ps at the
+addresses the server names, all from here; and one the other way: writing a checkpoint (or
+reading one back), each ps computes its shard's file name from the coordinator's prefix, so
+it dials the coordinator's own gRPC server. That serves at this machine's address towards the
+workers and a free port, or at `address` and `port`.
 
 The files the coordinator writes (checkpoints, backups, TensorBoard files, the export) land
 at the job's checkpoint dir *as this machine sees the path*: on the fleet's shared
@@ -159,12 +161,43 @@ def usable_checkpoint_dir(path: str) -> None:
         )
 
 
-def client_strategy(cluster: Mapping[str, list[str]]) -> Strategy:
-    """ParameterServerStrategy over the workers and ps, this process the coordinator (no
-    task of the cluster: TensorFlow adds it as the chief, at a local address)."""
+def address_towards(target: str) -> str:
+    """This machine's address on the route to `target` (host:port): the one the servers
+    see its connections come from, and so the one they can dial back (no packet is sent)."""
+    host, _, port = target.rpartition(":")
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((host.strip("[]"), int(port)))
+        return str(probe.getsockname()[0])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+def coordinator_address(
+    cluster: Mapping[str, list[str]], address: str | None, port: int | None
+) -> str:
+    """Where the servers reach this process: `address` (default: this machine's address
+    towards the first worker) and `port` (default: a free one)."""
+    host = address or address_towards(cluster["worker"][0])
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port or free_port()}"
+
+
+def client_strategy(cluster: Mapping[str, list[str]], coordinator: str) -> Strategy:
+    """ParameterServerStrategy over the workers and ps, this process the coordinator: the
+    cluster's chief, serving at `coordinator` (the ps dial it when a checkpoint is written:
+    each computes its shard's file name from the coordinator's prefix)."""
     tf = import_tensorflow()
-    spec = tf.train.ClusterSpec({role: list(cluster[role]) for role in ("worker", "ps")})
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    roles = {role: list(cluster[role]) for role in ("worker", "ps")}
+    spec = tf.train.ClusterSpec({**roles, "chief": [coordinator]})
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        spec, task_type="chief", task_id=0, rpc_layer="grpc"
+    )
     partitioner = make_partitioner(strategy_options(), len(cluster["ps"]))
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
@@ -208,13 +241,17 @@ def connect(
     take_over: bool = False,
     resume: bool = True,
     checkpoint_dir: str | None = None,
+    address: str | None = None,
+    port: int | None = None,
     timeout: float = RUNNING_WAIT_SECONDS,
 ) -> Connection:
     """Attach this process to the job as its coordinator (see the module docstring).
 
     `job` is a job's id, or a spec to submit. `server` and `token` default to
     STRATA_SERVER and STRATA_TOKEN, as for the CLI. `resume=False` starts a new model: the
-    backup the last client left is removed, so `fit` begins at the first epoch.
+    backup the last client left is removed, so `fit` begins at the first epoch. `address`
+    and `port`: where the job's ps reach this process (default: its address towards the
+    workers, a free port).
     """
     global _connection
     server = (server or os.environ.get("STRATA_SERVER") or "http://127.0.0.1:8000").rstrip("/")
@@ -249,8 +286,12 @@ def connect(
             usable_checkpoint_dir(directory)
             if not resume:
                 shutil.rmtree(os.path.join(directory, BACKUP_SUBDIR), ignore_errors=True)
+        coordinator = coordinator_address(attached["cluster"], address, port)
+        config = json.loads(env["TF_CONFIG"])
+        config["cluster"]["chief"] = [coordinator]
+        env["TF_CONFIG"] = json.dumps(config)
         os.environ.update(env)
-        connection.strategy = client_strategy(attached["cluster"])
+        connection.strategy = client_strategy(attached["cluster"], coordinator)
     except BaseException:
         connection.disconnect()
         raise
@@ -258,9 +299,10 @@ def connect(
     atexit.register(connection.disconnect)
     _connection = connection
     log.info(
-        "strata: coordinating job %s as client %s (cluster %s)",
+        "strata: coordinating job %s as client %s at %s (cluster %s)",
         job_id,
         connection.session,
+        coordinator,
         json.dumps(attached["cluster"]),
     )
     return connection

@@ -32,9 +32,17 @@ class TaskRefused(SystemExit):
         self.reason = reason
 
 
+class ClientRefused(RuntimeError):
+    """`refuse` in a client coordinator (runtime.connect): the process is the user's own (a
+    notebook kernel), so it is told, not ended; the job's servers are untouched."""
+
+
 def refuse(reason: str) -> NoReturn:
-    """Ends this task with `reason`; the job fails with it and is not restarted."""
+    """Ends this task with `reason`; the job fails with it and is not restarted. In a client
+    coordinator it raises `ClientRefused` instead."""
     reason = reason[:MAX_REASON_CHARS]
+    if os.environ.get(TaskEnvironment.variable("client_session")):
+        raise ClientRefused(reason)
     print(f"strata: {reason}", file=sys.stderr, flush=True)
     path = os.environ.get(TERMINATION_ENV)
     if path:

@@ -24,10 +24,12 @@ Imports TensorFlow when a writer is first used.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger("strata.runtime")
@@ -36,8 +38,9 @@ log = logging.getLogger("strata.runtime")
 class TracedWrite:
     """`checkpoint.write(prefix, options)` through one traced function (see the module)."""
 
-    def __init__(self, checkpoint: Any) -> None:
+    def __init__(self, checkpoint: Any, io_device: str | None = None) -> None:
         self._checkpoint = checkpoint
+        self._io_device = io_device  # for writes whose options name none
         self._function: Any = None
         self._key: tuple[int, str | None] | None = None
         self._lock = threading.Lock()
@@ -47,7 +50,7 @@ class TracedWrite:
 
         prefix = os.fspath(file_prefix)
         callbacks = list(getattr(options, "experimental_write_callbacks", None) or [])
-        io_device = getattr(options, "experimental_io_device", None)
+        io_device = getattr(options, "experimental_io_device", None) or self._io_device
         # A tensor prefix is not a dir TensorFlow creates for us, as it does for a string.
         tf.io.gfile.makedirs(os.path.dirname(prefix) or ".")
         with self._lock:
@@ -81,11 +84,12 @@ class TracedWrite:
         )
 
 
-def trace_writes(checkpoint: Any) -> None:
-    """Routes the checkpoint's writes, also a CheckpointManager's, through a `TracedWrite`."""
+def trace_writes(checkpoint: Any, io_device: str | None = None) -> None:
+    """Routes the checkpoint's writes, also a CheckpointManager's, through a `TracedWrite`
+    (whose I/O is on `io_device` when the write's options name none)."""
     if isinstance(getattr(checkpoint, "_write", None), _ReplacedWrite):
         return
-    checkpoint._write = _ReplacedWrite(TracedWrite(checkpoint))
+    checkpoint._write = _ReplacedWrite(TracedWrite(checkpoint, io_device))
 
 
 class _ReplacedWrite:
@@ -98,11 +102,36 @@ class _ReplacedWrite:
         return self.write(file_prefix, options)
 
 
-def trace_backup_writes(model: Any) -> None:
+def trace_backup_writes(model: Any, io_device: str | None = None) -> None:
     """The same for tf_keras's BackupAndRestore of `model`, once its on_train_begin has run
-    (it leaves its `WorkerTrainingState` on the model); nothing for any other backup."""
+    (it leaves its `WorkerTrainingState` on the model); nothing for any other backup. Its
+    writes name no I/O device: `io_device` (the coordinator's CPU) writes every file, where
+    by default each ps would write its own shards (and fetch the file prefix from the
+    coordinator, dialling it)."""
     state = getattr(model, "_training_state", None)
     manager = getattr(state, "write_checkpoint_manager", None)
     checkpoint = getattr(manager, "_checkpoint", None)
     if checkpoint is not None:
-        trace_writes(checkpoint)
+        trace_writes(checkpoint, io_device)
+
+
+@contextlib.contextmanager
+def reads_on(io_device: str) -> Iterator[None]:
+    """For the block, a `tf.train.Checkpoint.restore` given no options reads its files on
+    `io_device` (the coordinator's CPU), as the backup's resume in BackupAndRestore's
+    on_train_begin does: else each ps reads its own shards, fetching the file prefix from
+    the coordinator (dialling it), where the files may not even be."""
+    import tensorflow as tf
+
+    checkpoint_class = tf.train.Checkpoint
+    original = checkpoint_class.restore
+    options = tf.train.CheckpointOptions(experimental_io_device=io_device)
+
+    def restore(self: Any, save_path: Any, options_given: Any = None) -> Any:
+        return original(self, save_path, options=options_given or options)
+
+    checkpoint_class.restore = restore
+    try:
+        yield
+    finally:
+        checkpoint_class.restore = original

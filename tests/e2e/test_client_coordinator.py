@@ -90,7 +90,7 @@ def test_a_notebook_kernel_coordinates_and_a_new_kernel_resumes(
     assert "epochs run: [1, 2, 3]" in first, first
     assert "metrics stored: True" in first, first
     stored = cluster.http.get(
-        f"/jobs/{job_id}/metrics", params={"task": "chief:0", "names": "loss,val_loss"}
+        f"/jobs/{job_id}/metrics", params={"task": "chief:0", "names": ["loss", "val_loss"]}
     ).json()
     steps = {series["name"]: series["steps"] for series in stored["series"]}
     assert steps == {"loss": [20, 40, 60], "val_loss": [20, 40, 60]}, stored
@@ -126,14 +126,17 @@ def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: 
         env=client_env(cluster, job_id),
         cwd=REPO,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
         text=True,
     )
     try:
         assert client.stdout is not None
+        printed = []
         for line in client.stdout:
+            printed.append(line)
             if line.startswith("client epoch=2 "):
                 break
+        assert client.poll() is None, "".join(printed[-40:])
         # Checkpoint now reaches the client, which writes it at its next step.
         answer = cluster.http.post(f"/jobs/{job_id}/checkpoint", timeout=60)
         assert answer.status_code == 200, answer.text

@@ -1,7 +1,13 @@
-"""Which connections client mode needs: the client, in a network namespace that refuses
-every incoming connection, coordinates a job whose servers and agents are on the other side
-of a veth pair. It trains, and the namespace's firewall saw no connection attempt from the
-servers' side (while a probe from that side shows the firewall works)."""
+"""Which connections client mode needs, established with the client in a network namespace
+of its own, behind a firewall, and the server, agent and job on the other side of a veth pair.
+
+Every connection the client opens itself (to the server, to each worker and ps) goes out and
+back through the firewall's ESTABLISHED rule. The one the other way: the ps dial the
+coordinator when a checkpoint is written (each computes its shard's file name from the
+coordinator's prefix). With every incoming connection refused, the first checkpoint fails
+with the ps unable to reach the client; with the coordinator's port open, the client trains,
+checkpoints and a second client resumes, and nothing else came in.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = f"stcl{os.getpid() % 100000}"
 SUBNET = f"10.201.{os.getpid() % 250}"
 HOST_IP, CLIENT_IP = f"{SUBNET}.1", f"{SUBNET}.2"
+COORDINATOR_PORT = 47000  # the client's gRPC server, inside its namespace
 
 
 def sh(*argv: str, netns: bool = False) -> str:
@@ -35,10 +42,18 @@ def sh(*argv: str, netns: bool = False) -> str:
     return done.stdout
 
 
-def dropped() -> int:
-    """Packets the namespace's firewall dropped: connection attempts from outside."""
+def counted(target: str) -> int:
+    """Packets the namespace's INPUT rules with this target took (ACCEPT: only the
+    coordinator port's rule counts, the others match replies and loopback)."""
     rules = sh("iptables", "-L", "INPUT", "-v", "-x", "-n", netns=True).splitlines()
-    return sum(int(line.split()[0]) for line in rules if " DROP " in f" {line} ")
+    total = 0
+    for line in rules:
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == target:
+            if target == "ACCEPT" and f"dpt:{COORDINATOR_PORT}" not in line:
+                continue
+            total += int(fields[0])
+    return total
 
 
 @pytest.fixture
@@ -54,11 +69,12 @@ def client_namespace() -> Iterator[None]:
         sh("ip", "addr", "add", f"{CLIENT_IP}/30", "dev", f"{NAME}c", netns=True)
         sh("ip", "link", "set", f"{NAME}c", "up", netns=True)
         sh("ip", "link", "set", "lo", "up", netns=True)
-        # Replies to the client's own connections and its loopback pass; anything else that
-        # comes in is dropped (and counted).
+        # Replies to the client's own connections and its loopback pass; any other incoming
+        # connection is refused at once (a reset), and counted.
         for rule in (
             ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
             ["-i", "lo", "-j", "ACCEPT"],
+            ["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
             ["-j", "DROP"],
         ):
             sh("iptables", "-A", "INPUT", *rule, netns=True)
@@ -103,7 +119,29 @@ def cluster(client_namespace: None, tmp_path: Path) -> Iterator[SplitCluster]:
         cluster.http.close()
 
 
-def test_the_client_needs_no_incoming_connection(cluster: SplitCluster) -> None:
+def run(cluster: SplitCluster, job_id: int, epochs: int) -> tuple[int, str, str]:
+    argv = [sys.executable, "-m", "tests.support.client_fit", str(epochs), str(job_id)]
+    done = subprocess.run(
+        ["ip", "netns", "exec", NAME, *argv, str(COORDINATOR_PORT)],
+        env={
+            **os.environ,
+            "STRATA_SERVER": cluster.url,
+            "STRATA_TOKEN": cluster.admin_token,
+            "PYTHONPATH": str(REPO),
+        },
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def epoch_lines(stdout: str) -> list[str]:
+    return [line.split()[1] for line in stdout.splitlines() if line.startswith("client epoch=")]
+
+
+def test_the_ps_dial_the_client_only_to_write_checkpoints(cluster: SplitCluster) -> None:
     job_id = cluster.submit(
         {
             "name": "client-behind-a-firewall",
@@ -115,27 +153,42 @@ def test_the_client_needs_no_incoming_connection(cluster: SplitCluster) -> None:
     job = cluster.wait_status(job_id, "running")
     assert {task["host"] for task in job["tasks"]} == {"net-0"}
 
-    # The firewall works: a connection from the servers' side is dropped, and counted.
-    with pytest.raises(OSError), socket.create_connection((CLIENT_IP, 9), timeout=1):
+    # The firewall works: a connection from the servers' side is refused, and counted.
+    with pytest.raises(OSError), socket.create_connection((CLIENT_IP, 9), timeout=2):
         pass
-    assert dropped() > 0
+    assert counted("REJECT") > 0
     sh("iptables", "-Z", "INPUT", netns=True)
 
-    client = subprocess.run(
-        ["ip", "netns", "exec", NAME, sys.executable, "-m", "tests.support.client_fit", "2"],
-        env={
-            **os.environ,
-            "STRATA_SERVER": cluster.url,
-            "STRATA_TOKEN": cluster.admin_token,
-            "PYTHONPATH": str(REPO),
-            "STRATA_JOB": str(job_id),
-        },
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    # Every incoming connection refused: the steps run, the first checkpoint cannot.
+    code, out, err = run(cluster, job_id, epochs=2)
+    assert code != 0
+    assert f"{CLIENT_IP}:{COORDINATOR_PORT}" in err and "UNAVAILABLE" in err, err[-3000:]
+    assert counted("REJECT") > 0
+
+    # The coordinator's port open: it trains and checkpoints, a second client resumes from
+    # the first one's backup, and nothing but the ps' calls to that port came in.
+    sh(
+        "iptables",
+        "-I",
+        "INPUT",
+        "3",
+        "-p",
+        "tcp",
+        "--dport",
+        str(COORDINATOR_PORT),
+        "-j",
+        "ACCEPT",
+        netns=True,
     )
-    assert client.returncode == 0, client.stderr[-3000:]
-    assert "client epoch=2 " in client.stdout
-    assert dropped() == 0  # no worker, ps or server tried to reach the client
+    sh("iptables", "-Z", "INPUT", netns=True)
+    code, out, err = run(cluster, job_id, epochs=2)
+    assert code == 0, err[-3000:]
+    assert epoch_lines(out) == ["epoch=1", "epoch=2"]
+    code, out, err = run(cluster, job_id, epochs=3)
+    assert code == 0, err[-3000:]
+    assert epoch_lines(out) == ["epoch=3"]
+    assert counted("REJECT") == 0
+    assert counted("ACCEPT") > 0
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints").json()
+    assert {c["epoch"] for c in checkpoints} == {1, 2, 3}
     cluster.http.post(f"/jobs/{job_id}/cancel")

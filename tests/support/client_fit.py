@@ -1,6 +1,7 @@
 """A client coordinator for the end-to-end tests: `python -m tests.support.client_fit
-EPOCHS [JOB]` connects to a job whose coordinator is the client (STRATA_SERVER, STRATA_TOKEN;
-the job: JOB, else STRATA_JOB) and fits the digits model, one line per epoch."""
+EPOCHS [JOB [PORT]]` connects to a job whose coordinator is the client (STRATA_SERVER,
+STRATA_TOKEN; the job: JOB, else STRATA_JOB; serving at PORT, else a free one) and fits the
+digits model with validation, one line per epoch."""
 
 from __future__ import annotations
 
@@ -26,14 +27,17 @@ class EpochLines(keras.callbacks.Callback):  # type: ignore[misc]
 def main() -> None:
     epochs = int(sys.argv[1])
     job = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ["STRATA_JOB"])
-    strategy = runtime.connect(job)
-    (features, labels), _ = digits.load_data()
+    port = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    strategy = runtime.connect(job, port=port)
+    (features, labels), (held_out, held_out_labels) = digits.load_data()
     with strategy.scope():
         model = digits.build_model()
     model.fit(
         digits.make_dataset_creator(features, labels, 64),
         epochs=epochs,
         steps_per_epoch=20,
+        validation_data=digits.make_dataset_creator(held_out, held_out_labels, 64, shuffle=False),
+        validation_steps=5,
         callbacks=[EpochLines(), *runtime.callbacks(batch_size=64)],
         verbose=0,
     )
