@@ -95,6 +95,7 @@ async def attach(
 
 async def current_client(session: AsyncSession, job_id: int, number: int) -> JobClient:
     """The job's client, if `number` is its attached session (Conflict saying why not)."""
+    await client_job(session, job_id)
     client = await session.get(JobClient, job_id)
     if client is None or client.session < number or number < 1:
         raise NotFound(f"job {job_id} has no client session {number}")

@@ -23,6 +23,9 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/jobs/1/checkpoints"),
     ("POST", "/jobs/1/checkpoint"),
     ("POST", "/jobs/1/evaluator"),
+    ("POST", "/jobs/1/client"),
+    ("POST", "/jobs/1/client/7/heartbeat"),
+    ("DELETE", "/jobs/1/client/7"),
     ("GET", "/hosts"),
     ("DELETE", "/hosts/local-0"),
     ("GET", "/cluster"),
@@ -69,6 +72,7 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
             .replace("/projects/vision", "/projects/{name}")
             .replace("/members/alice", "/members/{user}")
             .replace("/hosts/local-0", "/hosts/{name}")
+            .replace("/client/7", "/client/{session}")
             .replace("/1", "/{job_id}")
             .replace("chief:0", "{task}")
             .replace(SHA, "{sha256}"),

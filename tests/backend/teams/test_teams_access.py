@@ -100,6 +100,7 @@ def fill(path: str, job_id: int, *, user: str, project: str) -> str:
     values = {
         "job_id": str(job_id),
         "task": "chief:0",
+        "session": "1",
         "token_id": "999",
         "name": project,
         "user": user,
