@@ -67,6 +67,7 @@ bench: install
 	$(BIN)/python -m bench.training_overhead $(if $(QUICK),--quick)
 	$(BIN)/python -m bench.launch $(if $(QUICK),--quick)
 	$(BIN)/python -m bench.warm_throughput $(if $(QUICK),--quick)
+	$(BIN)/python -m bench.client_mode $(if $(QUICK),--quick)
 	$(BIN)/python -m bench.recovery $(if $(QUICK),--quick)
 	$(BIN)/python -m bench.scale $(if $(QUICK),--quick)
 	$(BIN)/python -m bench.plots

@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.harness import REPO, RESULTS
 from bench.report_ab import EXPERIMENTS, ab_rows, ab_section
+from bench.report_client import client_rows, client_section
 from bench.report_control import (
     control_notes,
     recovery_rows,
@@ -41,6 +42,7 @@ from `bench/results/*.json` (raw numbers) every time a benchmark runs. Reproduce
 .venv/bin/python -m bench.gpu_warm_devices                        # a check, on a GPU host
 .venv/bin/python -m bench.launch [--quick]                        # five ways to start each job
 .venv/bin/python -m bench.warm_throughput [--quick]               # ~16 min; --quick ~4 min
+.venv/bin/python -m bench.client_mode [--rounds N] [--quick]      # client vs chief, ~4 min
 .venv/bin/python -m bench.recovery [--quick]                      # ~15 min; --quick ~5 min
 .venv/bin/python -m bench.scale [--quick]                         # 100 and 1,000 agents
 .venv/bin/python -m bench.plots                                   # the PNGs (matplotlib)
@@ -609,6 +611,7 @@ def render(
     launch: dict[str, Any] | None = None,
     warm: dict[str, Any] | None = None,
     ab: dict[str, dict[str, Any]] | None = None,
+    client: dict[str, Any] | None = None,
 ) -> str:
     ab = ab or {}
     hand_steps = "launch_ab" not in ab  # the A/B's main run, where there is one, says it
@@ -622,6 +625,8 @@ def render(
         rows += ab_rows(ab["launch_ab"])
     if warm:
         rows += warm_throughput_rows(warm)
+    if client:
+        rows += client_rows(client)
     if recovery:
         rows += recovery_rows(recovery)
     if scale:
@@ -641,6 +646,8 @@ def render(
         lines += ab_section(ab)
     if warm:
         lines += warm_throughput_section(warm)
+    if client:
+        lines += client_section(client)
     if training:
         lines += training_section(training)
     if recovery:
@@ -677,6 +684,7 @@ def write() -> Path:
             launch=_load("launch"),
             warm=_load("warm_throughput"),
             ab={name: found for name, _ in EXPERIMENTS if (found := _load(name)) is not None},
+            client=_load("client_mode"),
         )
     )
     return DOC

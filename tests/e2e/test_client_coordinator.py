@@ -158,3 +158,43 @@ def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: 
         e["kind"] == "client" and "is gone: no heartbeat for " in e["message"] for e in events
     ), events
     wait_no_processes(job_id, server=cluster.url, timeout=60)
+
+
+# connect(spec) submits the job and waits for it; the custom-loop example, unchanged, then
+# coordinates it: runtime.strategy() is the connected strategy.
+CUSTOM_LOOP_CLIENT = """
+import runpy, sys
+from agents import runtime
+spec = {"name": "custom-loop-client", "strategy": "parameter_server", "coordinator": "client",
+        "replicas": {"worker": {"count": 2}, "ps": {"count": 1}}}
+runtime.connect(spec)
+sys.argv = ["custom_loop_ps.py", "--epochs", "2", "--steps-per-epoch", "12"]
+try:
+    runpy.run_path("examples/custom_loop_ps.py", run_name="__main__")
+finally:
+    runtime.flush()
+"""
+
+
+def test_connect_submits_a_spec_and_a_custom_loop_coordinates_it(cluster: Cluster) -> None:
+    env = client_env(cluster, 0)
+    del env["STRATA_JOB"]
+    done = subprocess.run(
+        [sys.executable, "-c", CUSTOM_LOOP_CLIENT],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = cluster.http.get("/jobs", params={"name": "custom-loop-client"}).json()["items"]
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job["status"] == "running" and "chief:0" not in attempts(job)
+    stored = cluster.http.get(
+        f"/jobs/{job['id']}/metrics", params={"task": "chief:0", "names": ["epoch_loss"]}
+    ).json()
+    assert [series["steps"] for series in stored["series"]] == [[12, 24]], stored
+    cluster.http.post(f"/jobs/{job['id']}/cancel")
+    wait_no_processes(job["id"], server=cluster.url, timeout=60)
