@@ -93,23 +93,33 @@ async def attach(
     return client
 
 
-async def current_client(session: AsyncSession, job_id: int, number: int) -> JobClient:
-    """The job's client, if `number` is its attached session (Conflict saying why not)."""
-    await client_job(session, job_id)
+async def heartbeat(*, session: AsyncSession, job_id: int, number: int) -> JobClient:
+    """The client of session `number` is alive. One found gone (a laptop asleep, a network
+    cut longer than STRATA_CLIENT_LOST_SECONDS) is attached again, if no other client took
+    its place and the job still runs; else a Conflict says why not."""
+    job = await client_job(session, job_id)
     client = await session.get(JobClient, job_id)
-    if client is None or client.session < number or number < 1:
+    if client is None or not 1 <= number <= client.session:
         raise NotFound(f"job {job_id} has no client session {number}")
     if client.session != number:
         raise Conflict(
             f"client session {number} of job {job_id} was taken over by {_describe(client)}"
         )
     if not client.attached:
-        raise Conflict(f"client session {number} of job {job_id} is detached; connect again")
-    return client
-
-
-async def heartbeat(*, session: AsyncSession, job_id: int, number: int) -> JobClient:
-    client = await current_client(session, job_id, number)
+        if job.status is not JobStatus.running:
+            raise Conflict(
+                f"client session {number} of job {job_id} is detached: the job is "
+                f"{job.status.value}"
+            )
+        client.detached_at = None
+        await record_event(
+            session=session,
+            job=job,
+            kind=EventKind.client,
+            message=f"{_describe(client)} is back as the coordinator",
+            task=CLIENT_TASK,
+            data={"session": number, "host": client.host, "pid": client.pid, "attached": True},
+        )
     client.seen_at = utcnow()
     return client
 

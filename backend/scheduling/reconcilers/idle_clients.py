@@ -4,6 +4,7 @@ client_idle_timeout ends, so that no forgotten notebook holds its GPUs."""
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from sqlalchemy import select
 
@@ -25,9 +26,12 @@ def describe_seconds(seconds: float) -> str:
 
 
 class IdleClients:
-    def __init__(self, *, settings: Settings) -> None:
+    def __init__(self, *, settings: Settings, started: datetime | None = None) -> None:
         self.settings = settings
         self._checked = -CHECK_SECONDS
+        # A client is silent only since this server started (default: now): one that beat
+        # at a server that has since restarted gets its full time to reach this one.
+        self._up_since = started or utcnow()
 
     async def reconcile(self, tx: Transaction) -> None:
         if time.monotonic() - self._checked < CHECK_SECONDS:
@@ -44,7 +48,7 @@ class IdleClients:
             if not has_client_coordinator(job):
                 continue
             if client is not None and client.attached:
-                silent = (now - client.seen_at).total_seconds()
+                silent = (now - max(client.seen_at, self._up_since)).total_seconds()
                 if silent < lost_after:
                     continue
                 await detach(

@@ -74,13 +74,36 @@ async def test_detach_is_once_and_a_new_client_may_attach_after(world: World) ->
             await service.detach_session(session=session, job_id=job.id, number=1)
             await session.commit()
     async with world.sessions() as session:
-        client = await session.get_one(JobClient, job.id)
-        assert not client.attached
-        with pytest.raises(Conflict, match=r"session 1 of job .* is detached; connect again"):
-            await service.heartbeat(session=session, job_id=job.id, number=1)
+        assert not (await session.get_one(JobClient, job.id)).attached
         events = await session.scalars(select(JobEvent).where(JobEvent.kind == "client"))
         assert [e.data["attached"] for e in events] == [True, False]
     assert await attach(world, job.id, pid=12) == 2
+
+
+async def test_a_client_found_gone_that_beats_again_is_back(world: World) -> None:
+    # A laptop that slept past STRATA_CLIENT_LOST_SECONDS: its next heartbeat attaches it
+    # again, unless the job has ended meanwhile.
+    job = await client_job(world)
+    await attach(world, job.id, pid=10)
+    async with world.sessions() as session:
+        client = await session.get_one(JobClient, job.id)
+        await service.detach(session=session, job=job, client=client, why="is gone")
+        await session.commit()
+    async with world.sessions() as session:
+        assert (await service.heartbeat(session=session, job_id=job.id, number=1)).attached
+        await session.commit()
+        events = await session.scalars(select(JobEvent).where(JobEvent.kind == "client"))
+        assert [e.message for e in events][-1] == (
+            "client 1 (alice on laptop, pid 10) is back as the coordinator"
+        )
+    async with world.sessions() as session:
+        client = await session.get_one(JobClient, job.id)
+        await service.detach(session=session, job=job, client=client, why="is gone")
+        await session.commit()
+    await world.set_job_status(job.id, JobStatus.cancelled)
+    async with world.sessions() as session:
+        with pytest.raises(Conflict, match="is detached: the job is cancelled"):
+            await service.heartbeat(session=session, job_id=job.id, number=1)
 
 
 async def test_only_a_running_client_job_takes_a_client(world: World) -> None:

@@ -9,12 +9,18 @@ from sqlalchemy import select
 
 from agents.protocol import StopTask
 from backend.clients import service
+from backend.db import utcnow
 from backend.jobs.models import Job, JobClient, JobEvent
 from backend.jobs.states import JobStatus
 from backend.scheduling.reconcilers.idle_clients import IdleClients
 from tests.backend.scheduling.reconcilers.conftest import World
 
 SERVERS = {"worker": {"count": 2}, "ps": {"count": 1}}
+
+
+def idle_clients(world: World, *, up_for: float = 3600.0) -> IdleClients:
+    """The reconciler of a server that started `up_for` seconds ago."""
+    return IdleClients(settings=world.settings, started=utcnow() - timedelta(seconds=up_for))
 
 
 async def client_job(world: World, **overrides: object) -> Job:
@@ -59,11 +65,11 @@ async def test_a_client_that_stopped_beating_is_detached_as_gone(world: World) -
     job = await client_job(world)
     await attach(world, job.id)
     await age(world, job.id, world.settings.client_lost_seconds - 5)
-    await world.run(IdleClients(settings=world.settings))
+    await world.run(idle_clients(world))
     async with world.sessions() as session:
         assert (await session.get_one(JobClient, job.id)).attached  # not silent long enough
     await age(world, job.id, 10)
-    await world.run(IdleClients(settings=world.settings))
+    await world.run(idle_clients(world))
     async with world.sessions() as session:
         client = await session.get_one(JobClient, job.id)
         assert not client.attached
@@ -77,10 +83,10 @@ async def test_a_job_without_a_client_for_its_timeout_ends_and_its_servers_stop(
     job = await client_job(world, client_idle_timeout=60)
     await attach(world, job.id)
     await age(world, job.id, 50, detached=True)
-    await world.run(IdleClients(settings=world.settings))
+    await world.run(idle_clients(world))
     assert (await world.load(job.id)).status is JobStatus.running
     await age(world, job.id, 20, detached=True)
-    outbox = await world.run(IdleClients(settings=world.settings))
+    outbox = await world.run(idle_clients(world))
     ended = await world.load(job.id)
     assert ended.status is JobStatus.cancelled
     assert ended.reason == "no client attached for 1m10s (client_idle_timeout 1m00s)"
@@ -93,7 +99,7 @@ async def test_a_job_no_client_ever_attached_to_ends_after_the_servers_default(
 ) -> None:
     job = await client_job(world)
     await age(world, job.id, world.settings.client_idle_timeout + 1)
-    await world.run(IdleClients(settings=world.settings))
+    await world.run(idle_clients(world))
     assert (await world.load(job.id)).status is JobStatus.cancelled
 
 
@@ -109,7 +115,20 @@ async def test_an_attached_client_keeps_its_job_and_a_chief_job_is_never_touched
         assert started.started_at is not None
         started.started_at -= timedelta(days=30)
         await session.commit()
-    outbox = await world.run(IdleClients(settings=world.settings))
+    outbox = await world.run(idle_clients(world))
     assert outbox.messages == []
     assert (await world.load(job.id)).status is JobStatus.running
     assert (await world.load(chief_job.id)).status is JobStatus.running
+
+
+async def test_a_server_just_started_gives_a_quiet_client_its_time(world: World) -> None:
+    # The client beat at the server before it restarted: it is not gone for the downtime.
+    job = await client_job(world)
+    await attach(world, job.id)
+    await age(world, job.id, 600)
+    await world.run(idle_clients(world, up_for=5))
+    async with world.sessions() as session:
+        assert (await session.get_one(JobClient, job.id)).attached
+    await world.run(idle_clients(world, up_for=world.settings.client_lost_seconds + 1))
+    async with world.sessions() as session:
+        assert not (await session.get_one(JobClient, job.id)).attached
