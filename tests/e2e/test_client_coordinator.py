@@ -103,15 +103,20 @@ def test_a_notebook_kernel_coordinates_and_a_new_kernel_resumes(
     assert attempts(job) == servers  # no worker or ps was restarted
     assert job["client"]["session"] == 2 and not job["client"]["attached"]
     events = cluster.http.get(f"/jobs/{job_id}/events").json()
-    client_events = [e["message"] for e in events if e["kind"] == "client"]
-    assert [message.split(" (")[0] for message in client_events] == [
-        "client 1",
-        "client 1",
-        "client 2",
-        "client 2",
+    # (A heartbeat late on a loaded machine may add "is gone" and "is back" between them.)
+    comings_and_goings = [
+        (e["message"].split(" (")[0], e["message"].rsplit(" ", 1)[-1])
+        for e in events
+        if e["kind"] == "client"
+        and e["message"].endswith(("coordinator", "detached"))
+        and "is back" not in e["message"]
     ]
-    assert client_events[0].endswith("attached as the coordinator")
-    assert client_events[1].endswith("detached")
+    assert comings_and_goings == [
+        ("client 1", "coordinator"),
+        ("client 1", "detached"),
+        ("client 2", "coordinator"),
+        ("client 2", "detached"),
+    ]
     checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints").json()
     assert {c["epoch"] for c in checkpoints} >= {1, 2, 3, 4, 5}
     cluster.http.post(f"/jobs/{job_id}/cancel")
