@@ -137,7 +137,12 @@ async def start_task(
     key = TaskKey(job_id=setting.job.job_id, task=task, attempt=0)
     containment = None
     if knobs.cgroup and setting.containments is not None:
-        containment = setting.containments.create(key)
+        containments = setting.containments
+        if not knobs.memory_cgroup:  # the same cgroups, less the memory controller's
+            containments = Containments(
+                containments.namespace, containments.killer, containments.v2
+            )
+        containment = containments.create(key)
     scheduling = setting.agent_scheduling if knobs.agent_sched else None
     spawn = functools.partial(
         asyncio.get_running_loop().subprocess_exec,

@@ -35,6 +35,9 @@ class Knobs:
     # The agent's containment: a cgroup per task in the hierarchies it would use (a v2 cgroup
     # with cgroup.kill, a v1 freezer, the memory controller), joined before exec.
     cgroup: bool = False
+    # With `cgroup`: the memory controller's cgroup too (v1 memory, or v2 with the memory
+    # controller), which charges every page the task maps; off: only the killing one.
+    memory_cgroup: bool = True
     # The live agent's nice value, scheduling policy and CPU affinity.
     agent_sched: bool = False
     # TensorFlow's intra-op thread pool sized to the task's share of the host's cores (its
@@ -66,6 +69,7 @@ HAND_VARIANTS: dict[str, Knobs] = {
     "hand+session": Knobs(session=True),
     "hand+group": Knobs(group=True),
     "hand+cgroup": Knobs(cgroup=True),
+    "hand+cgroup-no-memory": Knobs(cgroup=True, memory_cgroup=False),
     "hand+agent-sched": Knobs(agent_sched=True),
     "hand+threads": Knobs(threads=True),
     "hand+server-entry": Knobs(server_entry=True),
@@ -123,10 +127,12 @@ def parse_variants(text: str) -> list[str]:
 def describe(knobs: Knobs) -> list[str]:
     """The knobs that are on, by name (with the runtime's level), for the results file."""
     base = Knobs()
-    skip = {"runtime", "idle_import"}
+    skip = {"runtime", "idle_import", "memory_cgroup"}
     on = [f.name for f in fields(knobs) if f.name not in skip and getattr(knobs, f.name)]
     if knobs.warm and not knobs.idle_import:
         on.append("busy_import")
+    if knobs.cgroup and not knobs.memory_cgroup:
+        on.append("no_memory_cgroup")
     if knobs.runtime != base.runtime:
         on.append(f"runtime={knobs.runtime}")
     return on

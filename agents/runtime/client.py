@@ -80,11 +80,14 @@ class Connection:
         return _request(self.server, self.token, method, path, body)
 
     def beat(self) -> None:
-        """Heartbeats until detached; a refusal (taken over, found gone) ends them."""
+        """Heartbeats until detached; a refusal (taken over, the job ended) ends them."""
         while not self._stop.wait(self.heartbeat_seconds):
             try:
                 self.request("POST", f"/jobs/{self.job_id}/client/{self.session}/heartbeat")
             except ConnectError as exc:
+                if exc.status is not None and exc.status >= 500:  # the server's trouble
+                    log.info("strata: client heartbeat failed, retrying: %s", exc)
+                    continue
                 self.lost = str(exc)
                 log.warning("strata: no longer job %s's coordinator: %s", self.job_id, exc)
                 return
