@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "examples" / "digits_client.ipynb"
-LOST_SECONDS = 4
+LOST_SECONDS = 8
 
 
 def servers_spec(name: str, **extra: Any) -> dict[str, Any]:

@@ -162,7 +162,9 @@ def test_the_ps_dial_the_client_only_to_write_checkpoints(cluster: SplitCluster)
     # Every incoming connection refused: the steps run, the first checkpoint cannot.
     code, out, err = run(cluster, job_id, epochs=2)
     assert code != 0
-    assert f"{CLIENT_IP}:{COORDINATOR_PORT}" in err and "UNAVAILABLE" in err, err[-3000:]
+    # (The first write to fail may be a checkpoint, which training survives, or a backup.)
+    assert f"{CLIENT_IP}:{COORDINATOR_PORT}" in err, err[-3000:]
+    assert "UnavailableError" in err, err[-3000:]
     assert counted("REJECT") > 0
 
     # The coordinator's port open: it trains and checkpoints, a second client resumes from
