@@ -216,6 +216,11 @@ EXPERIMENTS = (
         "Strata cold and warm",
     ),
     (
+        "launch_ab_cgroup",
+        "the agent's cgroup per task again, with and without the memory controller's, beside "
+        "an A/A, 6 rounds",
+    ),
+    (
         "launch_ab_knobs",
         "one of the agent's ways at a time; measured while the agent still gave each task a "
         "session of its own (so `hand+all` has the session, not the group)",
@@ -280,9 +285,12 @@ def findings(results: dict[str, dict[str, Any]]) -> list[str]:
         f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+agent-sched')}), the runtime's "
         "server entry point for workers and ps "
         f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+server-entry')}), a cgroup per task "
-        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+cgroup')}; on this host it holds "
-        "no CPU controller: the v2 hierarchy has none, the v1 memory one only charges pages), "
-        "all parameter_server, 3 rounds.",
+        f"({_ratio_of(results, 'launch_ab_knobs', ps, 'hand+cgroup')} in 3 rounds; again in 6: "
+        f"{_ratio_of(results, 'launch_ab_cgroup', ps, 'hand+cgroup')}, without the memory "
+        "controller's cgroup, which charges every page a task maps, "
+        f"{_ratio_of(results, 'launch_ab_cgroup', ps, 'hand+cgroup-no-memory')}, against an A/A "
+        f"of {_ratio_of(results, 'launch_ab_cgroup', ps, 'hand-again')}: on this host it holds "
+        "no CPU controller), all parameter_server.",
         "- **Tried, not adopted**: the intra-op pool at the task's share of the host's cores "
         f"({_ratio_of(results, 'launch_ab_threads', ps, 'hand+threads')} parameter_server, "
         f"{_ratio_of(results, 'launch_ab_threads', mwm, 'hand+threads')} "
