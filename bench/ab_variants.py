@@ -89,6 +89,18 @@ HAND_VARIANTS: dict[str, Knobs] = {
     ),
 }
 
+# `hand+all` less one way at a time: which of them, together, cost what none costs alone.
+_ALL = HAND_VARIANTS["hand+all"]
+HAND_VARIANTS |= {
+    "hand+all-env": replace(_ALL, env=False, grpc_options=False),
+    "hand+all-pipes": replace(_ALL, pipes=False),
+    "hand+all-group": replace(_ALL, group=False),
+    "hand+all-cgroup": replace(_ALL, cgroup=False),
+    "hand+all-agent-sched": replace(_ALL, agent_sched=False),
+    "hand+all-server-entry": replace(_ALL, server_entry=False),
+    "hand+all-runtime": replace(_ALL, runtime="off"),
+}
+
 ALL_VARIANTS = (*HAND_VARIANTS, *STRATA_VARIANTS)
 DEFAULT_VARIANTS = (
     "hand",

@@ -225,6 +225,10 @@ EXPERIMENTS = (
         "every way of the agent's at once by hand (`hand+all`) against Strata and an A/A, 8 rounds",
     ),
     (
+        "launch_ab_all_less_one",
+        "`hand+all` less one way at a time, beside `hand+all` and an A/A, 4 rounds",
+    ),
+    (
         "launch_ab_knobs",
         "one of the agent's ways at a time; measured while the agent still gave each task a "
         "session of its own (so `hand+all` has the session, not the group)",
@@ -318,8 +322,16 @@ def findings(results: dict[str, dict[str, Any]]) -> list[str]:
         f"{_ratio_of(results, 'launch_ab_all', ps, 'hand-again')} (parameter_server, 8 rounds; "
         "the chief's and the ps' CPU per step grow 3-6% in both). So the cost is in how the "
         "task is started and what runs in it, not in the agent or the server beside it; and "
-        "as no single way costs it alone, two or more of them together do: the next runs "
-        "take one way at a time out of `hand+all`.",
+        "as no single way costs it alone, two or more of them together do. Taking one way "
+        "at a time out of `hand+all` (4 rounds, A/A "
+        f"{_ratio_of(results, 'launch_ab_all_less_one', ps, 'hand-again')}): without the "
+        "runtime library it trains at "
+        f"{_ratio_of(results, 'launch_ab_all_less_one', ps, 'hand+all-runtime')}, its tasks' "
+        "CPU per step back to by hand's; without any one other way it stays at "
+        f"{_ratio_of(results, 'launch_ab_all_less_one', ps, 'hand+all-env')} (the environment) "
+        f"to {_ratio_of(results, 'launch_ab_all_less_one', ps, 'hand+all-server-entry')} (the "
+        "server entry point). So the runtime library is the part that costs, beside the "
+        "agent's ways, what it does not cost alone: what it does per step there is next.",
         *_still_short(results.get("launch_ab")),
         "",
     ]
