@@ -33,6 +33,16 @@ def _describe(client: JobClient) -> str:
     return f"client {client.session} ({who}on {client.host}, pid {client.pid})"
 
 
+def _event_data(client: JobClient) -> dict[str, object]:
+    """What a `client` event records of the client, as it is after the change."""
+    return {
+        "session": client.session,
+        "host": client.host,
+        "pid": client.pid,
+        "attached": client.attached,
+    }
+
+
 async def client_job(session: AsyncSession, job_id: int) -> Job:
     job = await session.get(Job, job_id)
     if job is None:
@@ -88,7 +98,7 @@ async def attach(
         kind=EventKind.client,
         message=message,
         task=CLIENT_TASK,
-        data={"session": client.session, "host": host, "pid": pid, "attached": True},
+        data=_event_data(client),
     )
     return client
 
@@ -118,7 +128,7 @@ async def heartbeat(*, session: AsyncSession, job_id: int, number: int) -> JobCl
             kind=EventKind.client,
             message=f"{_describe(client)} is back as the coordinator",
             task=CLIENT_TASK,
-            data={"session": number, "host": client.host, "pid": client.pid, "attached": True},
+            data=_event_data(client),
         )
     client.seen_at = utcnow()
     return client
@@ -133,7 +143,7 @@ async def detach(*, session: AsyncSession, job: Job, client: JobClient, why: str
         kind=EventKind.client,
         message=f"{_describe(client)} {why}",
         task=CLIENT_TASK,
-        data={"session": client.session, "host": client.host, "pid": client.pid, "attached": False},
+        data=_event_data(client),
     )
 
 
