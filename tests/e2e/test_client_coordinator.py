@@ -23,6 +23,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "examples" / "digits_client.ipynb"
 LOST_SECONDS = 8
+IDLE_SECONDS = 20  # a killed client's job ends this long after it is found gone
 
 
 def servers_spec(name: str, **extra: Any) -> dict[str, Any]:
@@ -124,8 +125,9 @@ def test_a_notebook_kernel_coordinates_and_a_new_kernel_resumes(
 
 
 def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: Cluster) -> None:
-    job_id = cluster.submit(servers_spec("killed-client", client_idle_timeout=10))["id"]
-    servers = attempts(cluster.wait_status(job_id, "running"))
+    job_id = cluster.submit(servers_spec("killed-client", client_idle_timeout=IDLE_SECONDS))["id"]
+    # Started at once, so that its TensorFlow import overlaps the servers' start: connect()
+    # waits for them, and the job's idle time runs from when they serve.
     client = subprocess.Popen(
         [sys.executable, "-m", "tests.support.client_fit", "500"],
         env=client_env(cluster, job_id),
@@ -135,13 +137,15 @@ def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: 
         text=True,
     )
     try:
+        servers = attempts(cluster.wait_status(job_id, "running"))
         assert client.stdout is not None
         printed = []
         for line in client.stdout:
             printed.append(line)
             if line.startswith("client epoch=2 "):
                 break
-        assert client.poll() is None, "".join(printed[-40:])
+        else:
+            pytest.fail("the client ended before its second epoch:\n" + "".join(printed[-40:]))
         # Checkpoint now reaches the client, which writes it at its next step.
         answer = cluster.http.post(f"/jobs/{job_id}/checkpoint", timeout=60)
         assert answer.status_code == 200, answer.text
@@ -157,7 +161,7 @@ def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: 
     assert attempts(gone) == servers  # the servers did not notice
     ended = cluster.wait_status(job_id, "cancelled", timeout=60)
     assert ended["reason"].startswith("no client attached for ")
-    assert ended["reason"].endswith("(client_idle_timeout 10s)")
+    assert ended["reason"].endswith(f"(client_idle_timeout {IDLE_SECONDS}s)")
     events = cluster.http.get(f"/jobs/{job_id}/events").json()
     assert any(
         e["kind"] == "client" and "is gone: no heartbeat for " in e["message"] for e in events

@@ -3,6 +3,7 @@ client_idle_timeout ends, its servers told to stop; a chief-coordinated job is n
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -73,7 +74,9 @@ async def test_a_client_that_stopped_beating_is_detached_as_gone(world: World) -
     async with world.sessions() as session:
         client = await session.get_one(JobClient, job.id)
         assert not client.attached
-    assert (await messages(world, job.id))[-1].endswith("is gone: no heartbeat for 35s")
+    # 35 s at least: the time between aging the client and the pass counts too.
+    silence = re.search(r"is gone: no heartbeat for (\d+)s$", (await messages(world, job.id))[-1])
+    assert silence is not None and int(silence.group(1)) >= 35
     assert (await world.load(job.id)).status is JobStatus.running  # its idle time starts now
 
 
