@@ -367,7 +367,7 @@ class CheckpointSaved(_Message):
     # Seconds since the epoch, when the write finished (up to the year 9999).
     wall_time: float = Field(ge=0, le=253_402_300_799, allow_inf_nan=False)
     # "export": the trained model, written when fit ended (the spec's `export`).
-    trigger: Literal["epoch", "time", "command", "end", "export"]
+    trigger: Literal["epoch", "time", "command", "interruption", "end", "export"]
     command_id: int | None = None  # the checkpoint-now request it answers
     # tf_checkpoint: tf.train.Checkpoint files (<name>.index, <name>.data-*); saved_model: a
     # SavedModel dir; keras: a .keras file (the name includes the suffix).
@@ -406,12 +406,15 @@ class Ack(_Message):
 
 
 class Command(_Message):
-    """A control command for the training process: checkpoint now. (A task is stopped by its
-    agent, with SIGTERM to its process group, not through the runtime.)"""
+    """A control command for the training process: checkpoint now; or interrupt: the same
+    checkpoint, with a backup to resume from, after which training holds for `hold_seconds`
+    (the server stops the task meanwhile; if it does not, training goes on). A task is
+    stopped by its agent, with SIGTERM to its process group, not through the runtime."""
 
     type: Literal["command"] = "command"
     id: int
-    action: Literal["checkpoint"]
+    action: Literal["checkpoint", "interrupt"]
+    hold_seconds: float = Field(default=0.0, ge=0, le=3600)
 
 
 class CheckpointAck(_Message):

@@ -170,6 +170,19 @@ class StrataClient:
         path = f"/jobs/{job_id}/tasks/{task}/restart" if task else f"/jobs/{job_id}/restart"
         return self._request("POST", path, _JOB)
 
+    def suspend(self, job_id: int, *, deadline_seconds: float = 60.0) -> JobRead:
+        """Suspend: answers once the job is suspended (after its checkpoint, or the deadline)."""
+        return self._request(
+            "POST",
+            f"/jobs/{job_id}/suspend",
+            _JOB,
+            params={"deadline_seconds": deadline_seconds},
+            timeout=deadline_seconds + 30.0,
+        )
+
+    def resume(self, job_id: int) -> JobRead:
+        return self._request("POST", f"/jobs/{job_id}/resume", _JOB)
+
     def checkpoint(self, job_id: int, *, wait_seconds: float = 30.0) -> CheckpointNow:
         """Checkpoint now: answers once the chief has written it."""
         return self._request(

@@ -19,6 +19,9 @@ When (the policy comes from STRATA_CHECKPOINT_POLICY, JSON; see `parse_policy`):
   end (or epoch end), a step boundary. A command while no `fit` runs is answered with
   ``command_failed`` ("no training in progress"): the training thread is the only one
   that may safely touch the model;
+* on an "interrupt" command (trigger "interruption"): the same, after a backup at that step
+  (`backup.py`) for the resumed job to continue from; training then holds for the command's
+  `hold_seconds`, for the server to stop the task with nothing lost;
 * at train end, when steps ran since the last save and the policy saves on its own
   (trigger "end").
 
@@ -46,7 +49,6 @@ callback is built or used (`StrataCheckpoints` is built on attribute access).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -61,6 +63,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agents.environment import TaskEnvironment
 from agents.runtime import values as tfvalues
+from agents.runtime.backup import backup_and_restore
 from agents.runtime.checkpoint_policy import (
     Candidate,
     CheckpointPolicy,
@@ -68,7 +71,7 @@ from agents.runtime.checkpoint_policy import (
     parse_policy,
 )
 from agents.runtime.cluster import local_cpu, task_environment
-from agents.runtime.flavor import KerasFlavor, keras_flavor
+from agents.runtime.flavor import keras_flavor
 from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
@@ -78,7 +81,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("strata.runtime")
 
 DIR_ENV = TaskEnvironment.variable("checkpoint_dir")
-BACKUP_SUBDIR = "backup"  # BackupAndRestore's dir, inside the checkpoint dir
 MANIFEST = "strata-checkpoints.json"
 MAX_METRICS = 200
 NOT_TRAINING = "no training in progress"
@@ -87,7 +89,7 @@ MWM_REFUSAL = (
     "the same step, so checkpoints are taken at epoch ends only"
 )
 
-Trigger = Literal["epoch", "time", "command", "end"]
+Trigger = Literal["epoch", "time", "command", "interruption", "end"]
 Kind = Literal["single", "parameter_server", "multi_worker_mirrored"]
 
 _NUMBERED = re.compile(r"^ckpt-(\d+)(?:\D|$)")  # ckpt-7.index, ckpt-7.data-*, ckpt-7_temp
@@ -129,13 +131,13 @@ class _CommandRouter:
                 self._active.remove(keeper)
 
     def __call__(self, command: Command) -> None:
-        if command.action != "checkpoint":
+        if command.action not in ("checkpoint", "interrupt"):
             return
         with self._lock:
             active = list(reversed(self._active))
         reason = NOT_TRAINING
         for keeper in active:
-            refusal = keeper.request(command.id)
+            refusal = keeper.request(command)
             if refusal is None:
                 return
             reason = refusal
@@ -192,7 +194,10 @@ class CheckpointKeeper:
         self.due = math.inf  # monotonic time of the next time-based save
         self.batches = 0  # train batch ends seen by this callback
         self._lock = threading.Lock()
-        self._commands: deque[int] = deque()
+        self._commands: deque[Command] = deque()
+        # Backs up at a step boundary (epoch, batch; None at an epoch end) before an
+        # interruption's checkpoint: set by `checkpoint_callbacks` to StrataBackup's.
+        self.before_interruption: Callable[[int, int | None], None] = _no_backup
         self._active = False
         self._router = _router(sink)
         self._kind: Kind = "single"
@@ -271,11 +276,11 @@ class CheckpointKeeper:
     def epoch_begin(self, epoch: int) -> None:
         self._epochs_done = epoch
 
-    def step_boundary(self) -> None:
+    def step_boundary(self, batch: int) -> None:
         """A train batch ended with a command waiting or a time-based save due."""
         command = self._next_command()
         if command is not None:
-            self._save("command", command)
+            self._serve(command, self._epochs_done or 0, batch)
         elif self.clock() >= self.due:
             self._save("time")
 
@@ -289,7 +294,7 @@ class CheckpointKeeper:
         every = self.policy.every_epochs
         command = self._next_command()
         if command is not None:
-            self._save("command", command)  # it stands for the epoch's save too
+            self._serve(command, epoch, None)  # it stands for the epoch's save too
         elif every is not None and (epoch + 1) % every == 0:
             self._save("epoch")
 
@@ -301,31 +306,50 @@ class CheckpointKeeper:
             self.command_waiting = False
         self._router.deactivate(self)
         for command in pending:
-            self._save("command", command)
+            if command.action == "interrupt":  # nothing left to resume: the job is ending
+                self.sink.report_command_failed(command.id, "training has ended")
+            else:
+                self._save("command", command.id)
         if self.policy.saves and self.batches != self._saved_batches:
             self._save("end")
         self.due = math.inf
 
     # --- commands (any thread) -------------------------------------------------------------
 
-    def request(self, command_id: int) -> str | None:
-        """Queues checkpoint-now for the next step boundary; a reason when it cannot be."""
+    def request(self, command: Command) -> str | None:
+        """Queues a command for the next step boundary; a reason when it cannot be."""
         with self._lock:
             if not self._active:
                 return NOT_TRAINING
             if self._kind == "multi_worker_mirrored":
                 return MWM_REFUSAL
-            self._commands.append(command_id)
+            self._commands.append(command)
             self.command_waiting = True
         return None
 
-    def _next_command(self) -> int | None:
+    def _next_command(self) -> Command | None:
         if not self.command_waiting:
             return None
         with self._lock:
             command = self._commands.popleft() if self._commands else None
             self.command_waiting = bool(self._commands)
         return command
+
+    def _serve(self, command: Command, epoch: int, batch: int | None) -> None:
+        if command.action != "interrupt":
+            self._save("command", command.id)
+            return
+        # The backup first: the checkpoint's report answers the command, and the server may
+        # then stop this process at once.
+        try:
+            self.before_interruption(epoch, batch)
+        except Exception as exc:
+            log.warning("strata: the interruption's backup failed: %r", exc)
+            self.sink.report_command_failed(command.id, f"no backup to resume from: {exc}"[:4096])
+            return
+        if self._save("interruption", command.id):
+            log.info("strata: interrupted; training holds for %gs", command.hold_seconds)
+            hold_training(command.hold_seconds)
 
     # --- saving ----------------------------------------------------------------------------
 
@@ -575,7 +599,7 @@ def _make_class() -> type:
             keeper = self.keeper
             keeper.batches += 1
             if keeper.command_waiting or keeper.clock() >= keeper.due:
-                self._guard("on_train_batch_end", keeper.step_boundary)
+                self._guard("on_train_batch_end", lambda: keeper.step_boundary(batch))
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self._guard("on_epoch_end", lambda: self.keeper.epoch_end(epoch, logs))
@@ -599,92 +623,13 @@ def strata_checkpoints_class() -> type:
         return _class
 
 
-def backup_and_restore(
-    directory: str, every_seconds: float, clock: Callable[[], float] = time.monotonic
-) -> Any:
-    """`StrataBackup`: the model's own Keras' BackupAndRestore in ``<dir>/backup``.
-
-    A restarted chief resumes at the epoch after its last backup (supported under every
-    strategy we run with tf_keras, and under mirrored with Keras 3). Which Keras is known
-    only when `fit` hands the callback its model, so the real callback (tf_keras's, which
-    writes a TF checkpoint, or Keras 3's, which writes ``latest.weights.h5``) is made then.
-    It backs up at an epoch end once `every_seconds` have passed since the last backup or
-    the start of training (0: at every epoch end), so that short epochs do not pay for a
-    backup each.
-
-    In a client coordinator (runtime.connect) the backup outlives `fit`, its last epoch
-    backed up at the end whatever the interval: the next client (a restarted kernel) resumes
-    from it rather than from the first epoch.
-    """
-    import tf_keras
-
-    backup_dir = os.path.join(directory, BACKUP_SUBDIR)
-    keep = task_environment().client_session is not None
-
-    class StrataBackup(tf_keras.callbacks.Callback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner: Any = None
-            self.last_backup = clock()
-            self.unsaved_epoch: int | None = None  # the last epoch, if not backed up
-
-        def set_model(self, model: Any) -> None:
-            super().set_model(model)
-            if self.inner is not None and self.inner.model is model:
-                return
-            if keras_flavor(model) is KerasFlavor.keras3:
-                import keras
-
-                self.inner = keras.callbacks.BackupAndRestore(
-                    backup_dir, save_freq="epoch", delete_checkpoint=not keep
-                )
-            else:
-                self.inner = tf_keras.callbacks.BackupAndRestore(
-                    backup_dir, save_freq="epoch", delete_checkpoint=not keep
-                )
-            self.inner.set_model(model)
-            params = getattr(self, "params", None)  # Keras 3 sets them after the model
-            if params:
-                self.inner.set_params(params)
-
-        def set_params(self, params: Any) -> None:
-            super().set_params(params)
-            if self.inner is not None:
-                self.inner.set_params(params)
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            strategy = getattr(self.model, "distribute_strategy", None)
-            with contextlib.ExitStack() as reads:
-                if keras_flavor(self.model) is not KerasFlavor.keras3 and _is_ps(strategy):
-                    from agents.runtime.traced_save import reads_on
-
-                    reads.enter_context(reads_on(local_cpu(strategy)))
-                self.inner.on_train_begin(logs)
-            self.last_backup = clock()
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.inner.on_epoch_begin(epoch, logs)
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.unsaved_epoch = epoch
-            if clock() - self.last_backup >= every_seconds:
-                self.inner.on_epoch_end(epoch, logs)
-                self.unsaved_epoch = None
-                # From the end of the save: a slow save does not shorten the next interval.
-                self.last_backup = clock()
-
-        def on_train_end(self, logs: Any = None) -> None:
-            if keep and self.unsaved_epoch is not None:
-                self.inner.on_epoch_end(self.unsaved_epoch, logs)
-            self.inner.on_train_end(logs)
-
-    return StrataBackup()
+def hold_training(seconds: float) -> None:
+    """Wait on the training thread for the server to stop this task after an interruption."""
+    time.sleep(seconds)
 
 
-def _is_ps(strategy: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(strategy, tf.distribute.ParameterServerStrategy)
+def _no_backup(epoch: int, batch: int | None) -> None:
+    raise RuntimeError("no BackupAndRestore beside the checkpoints (runtime.callbacks() has both)")
 
 
 def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | None:
@@ -695,7 +640,9 @@ def checkpoint_callbacks(sink: MetricSink | None = None) -> tuple[Any, Any] | No
         return None
     policy = parse_policy(task_environment().checkpoint_policy)
     backup = backup_and_restore(directory, policy.backup_every_seconds)
-    return backup, strata_checkpoints_class()(directory, policy, sink=sink)
+    checkpoints = strata_checkpoints_class()(directory, policy, sink=sink)
+    checkpoints.keeper.before_interruption = backup.back_up_now
+    return backup, checkpoints
 
 
 def __getattr__(name: str) -> Any:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.environment import TaskEnvironment
-from agents.runtime.checkpoints import BACKUP_SUBDIR
+from agents.runtime.backup import BACKUP_SUBDIR
 from agents.runtime.strategy import Strategy, import_tensorflow, strategy_options
 from agents.runtime.strategy import variable_partitioner as make_partitioner
 

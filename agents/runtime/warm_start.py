@@ -21,7 +21,7 @@ import os
 import threading
 from typing import Any
 
-from agents.runtime.checkpoints import BACKUP_SUBDIR
+from agents.runtime.backup import BACKUP_SUBDIR
 from agents.runtime.cluster import local_cpu, task_environment
 
 log = logging.getLogger("strata.runtime")

@@ -1,4 +1,4 @@
-"""Jobs: submit, list, read, cancel."""
+"""Jobs: submit, list, read, cancel, restart, suspend and resume."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from backend.api.deps import (
     JobId,
     JobMember,
     JobReader,
+    RuntimeLinksDep,
     SessionDep,
     SlurmDep,
     UsageDep,
@@ -25,12 +26,14 @@ from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import (
     ROUTER_ERRORS,
+    Conflict,
     FieldIssue,
     InvalidInput,
     closed_query,
     error_responses,
 )
 from backend.jobs import queries
+from backend.jobs.actions import suspend_refusal
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead
 from backend.jobs.spec import (
     MAX_TAGS,
@@ -40,7 +43,7 @@ from backend.jobs.spec import (
     validate_spec,
 )
 from backend.jobs.states import JobStatus
-from backend.scheduling import restarts, task_events
+from backend.scheduling import interruptions, restarts, task_events
 from backend.scheduling.quotas import check_priority
 from backend.slurm.admission import admit
 from backend.teams import service as teams_service
@@ -208,6 +211,69 @@ async def restart_job(
             principal=principal,
             source=source,
             action=AuditAction.job_restart,
+            job_id=job_id,
+        )
+    )
+    return await queries.read_job(session=session, job_id=job_id)
+
+
+@router.post("/{job_id}/suspend", response_model=JobRead, responses=error_responses(404, 409))
+async def suspend_job(
+    job_id: JobId,
+    session: SessionDep,
+    controller: ControllerDep,
+    links: RuntimeLinksDep,
+    principal: ActorPrincipal,
+    _: JobMember,
+    source: ClientSource,
+    deadline_seconds: Annotated[
+        float,
+        Query(
+            gt=0,
+            le=600,
+            description="How long to wait for the checkpoint it resumes from; past it the "
+            "job is suspended anyway, to resume from its last backup.",
+        ),
+    ] = interruptions.DEFAULT_DEADLINE_SECONDS,
+) -> JobRead:
+    """Free the job's hosts and GPUs: a checkpoint at the next step (while it trains), then
+    its tasks stop. It counts against no quota until resumed. No restart is counted."""
+    job = await queries.get_job(session=session, job_id=job_id)
+    refusal = suspend_refusal(job.status, job.job_spec)
+    if refusal is not None:
+        raise Conflict(f"job {job_id} cannot be suspended: {refusal}")
+    point = await interruptions.take_checkpoint(
+        session=session, links=links, job_id=job_id, deadline=deadline_seconds
+    )
+    await controller.apply(
+        audit.audited(
+            functools.partial(interruptions.suspend, job_id=job_id, point=point),
+            principal=principal,
+            source=source,
+            action=AuditAction.job_suspend,
+            job_id=job_id,
+            detail=point.data(),
+        )
+    )
+    return await queries.read_job(session=session, job_id=job_id)
+
+
+@router.post("/{job_id}/resume", response_model=JobRead, responses=error_responses(404, 409))
+async def resume_job(
+    job_id: JobId,
+    session: SessionDep,
+    controller: ControllerDep,
+    principal: ActorPrincipal,
+    _: JobMember,
+    source: ClientSource,
+) -> JobRead:
+    """Put a suspended job back in the queue, to continue from where it was suspended."""
+    await controller.apply(
+        audit.audited(
+            functools.partial(interruptions.resume, job_id=job_id),
+            principal=principal,
+            source=source,
+            action=AuditAction.job_resume,
             job_id=job_id,
         )
     )

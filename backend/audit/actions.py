@@ -11,6 +11,8 @@ class AuditAction(StrEnum):
     job_submit = "job.submit"
     job_cancel = "job.cancel"
     job_restart = "job.restart"
+    job_suspend = "job.suspend"
+    job_resume = "job.resume"
     task_restart = "task.restart"
     job_checkpoint = "job.checkpoint"
     job_evaluator = "job.evaluator"

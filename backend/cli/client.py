@@ -317,6 +317,38 @@ def jobs_cancel(
     console.print(f"job {job.id} is {job.status.value}")
 
 
+def jobs_suspend(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    deadline: Annotated[
+        float,
+        typer.Option(
+            min=0.1,
+            max=600,
+            help="Seconds to wait for the checkpoint it resumes from; past them it is "
+            "suspended anyway, to resume from its last backup.",
+        ),
+    ] = 60.0,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Suspend a job: a checkpoint, then its tasks stop and its GPUs are free (no quota
+    counts it) until `strata jobs resume`."""
+    with connect(server, token) as client:
+        job = client.suspend(job_id, deadline_seconds=deadline)
+    console.print(f"job {job.id} is {job.status.value}: {escape(job.reason or '')}")
+
+
+def jobs_resume(
+    job_id: Annotated[int, typer.Argument(min=1)],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Resume a suspended job: it waits for room, then continues from where it stopped."""
+    with connect(server, token) as client:
+        job = client.resume(job_id)
+    console.print(f"job {job.id} is {job.status.value}")
+
+
 def jobs_restart(
     job_id: Annotated[int, typer.Argument(min=1)],
     task: Annotated[
@@ -447,6 +479,8 @@ def register(app: typer.Typer) -> None:
     jobs.command("cancel")(jobs_cancel)
     jobs.command("logs")(jobs_logs)
     jobs.command("restart")(jobs_restart)
+    jobs.command("suspend")(jobs_suspend)
+    jobs.command("resume")(jobs_resume)
     jobs.command("checkpoint")(jobs_checkpoint)
     jobs.command("checkpoints")(jobs_checkpoints)
     jobs.command("evaluator")(jobs_evaluator)

@@ -31,6 +31,10 @@ TASK_RESTARTABLE = PLACED
 # worker takes part in a multi_worker_mirrored save, at epoch ends).
 CHECKPOINTABLE = frozenset({JobStatus.running})
 SAVES_TOGETHER = frozenset({Strategy.multi_worker_mirrored})
+# Suspend: while the job waits for or holds its hosts; a checkpoint is taken first when it
+# trains. Not a Slurm job (its allocation is Slurm's to give back) nor one whose coordinator
+# is a client (the client's own process holds the training loop).
+SUSPENDABLE = frozenset(s for s in JobStatus if can_transition(s, JobStatus.suspended))
 # The sidecar evaluator starts while the job is unfinished (a pending job places it along).
 EVALUATOR_STARTABLE = frozenset(s for s in JobStatus if not s.is_terminal)
 # An evaluator task in these states counts as running: it cannot start again, it can stop.
@@ -56,6 +60,8 @@ class JobActions(BaseModel):
     checkpoint: bool = Field(description="POST /jobs/{id}/checkpoint")
     evaluator_start: bool = Field(description='POST /jobs/{id}/evaluator {"action": "start"}')
     evaluator_stop: bool = Field(description='POST /jobs/{id}/evaluator {"action": "stop"}')
+    suspend: bool = Field(description="POST /jobs/{id}/suspend")
+    resume: bool = Field(description="POST /jobs/{id}/resume")
 
 
 def is_training(task: TaskState) -> bool:
@@ -65,6 +71,17 @@ def is_training(task: TaskState) -> bool:
 
 def can_checkpoint(status: JobStatus, strategy: str) -> bool:
     return status in CHECKPOINTABLE and strategy not in SAVES_TOGETHER
+
+
+def suspend_refusal(status: JobStatus, spec: JobSpec) -> str | None:
+    """Why the job cannot be suspended now; None when it can."""
+    if spec.slurm is not None:
+        return "it runs as a Slurm job: Slurm gives its allocation back (scontrol requeue)"
+    if spec.coordinator == "client":
+        return "its coordinator is a client: stop training there, and detach"
+    if status not in SUSPENDABLE:
+        return f"it is {status}; only a job waiting for or holding its hosts can be"
+    return None
 
 
 def evaluator_active(evaluator: TaskState | None) -> bool:
@@ -88,4 +105,6 @@ def job_actions(status: JobStatus, spec: JobSpec, tasks: Iterable[TaskState]) ->
         checkpoint=can_checkpoint(status, spec.strategy) and any(map(is_training, tasks)),
         evaluator_start=can_start_evaluator(status, spec, evaluator),
         evaluator_stop=evaluator_active(evaluator),
+        suspend=suspend_refusal(status, spec) is None,
+        resume=status == JobStatus.suspended,
     )

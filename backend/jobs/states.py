@@ -10,6 +10,7 @@ class JobStatus(StrEnum):
     scheduled = "scheduled"  # every task placed; agents are starting them
     running = "running"  # every training task runs
     restarting = "restarting"  # some tasks are being restarted by policy or by request
+    suspended = "suspended"  # stopped on request after a checkpoint; holds no host until resumed
     succeeded = "succeeded"
     failed = "failed"
     cancelled = "cancelled"
@@ -24,14 +25,28 @@ ACTIVE_JOB_STATUSES = frozenset(set(JobStatus) - TERMINAL_JOB_STATUSES)
 
 _J = JobStatus
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    _J.pending: frozenset({_J.scheduled, _J.failed, _J.cancelled}),
+    _J.pending: frozenset({_J.scheduled, _J.suspended, _J.failed, _J.cancelled}),
     # Back to pending when a placement is withdrawn (its host was lost before start).
     # Straight to succeeded when the deciding task finishes before a sibling's start is heard.
     _J.scheduled: frozenset(
-        {_J.running, _J.pending, _J.restarting, _J.succeeded, _J.failed, _J.cancelled}
+        {
+            _J.running,
+            _J.pending,
+            _J.restarting,
+            _J.suspended,
+            _J.succeeded,
+            _J.failed,
+            _J.cancelled,
+        }
     ),
-    _J.running: frozenset({_J.succeeded, _J.failed, _J.cancelled, _J.restarting, _J.pending}),
-    _J.restarting: frozenset({_J.scheduled, _J.running, _J.pending, _J.failed, _J.cancelled}),
+    _J.running: frozenset(
+        {_J.succeeded, _J.failed, _J.cancelled, _J.restarting, _J.pending, _J.suspended}
+    ),
+    _J.restarting: frozenset(
+        {_J.scheduled, _J.running, _J.pending, _J.suspended, _J.failed, _J.cancelled}
+    ),
+    # Resumed: placed again, to continue from the checkpoint taken when it was suspended.
+    _J.suspended: frozenset({_J.pending, _J.cancelled}),
     # A failed job may be restarted by hand; succeeded and cancelled jobs are final.
     _J.failed: frozenset({_J.restarting}),
     _J.succeeded: frozenset(),

@@ -75,6 +75,12 @@ class ServerMetrics:
             ["cause"],
             registry=registry,
         )
+        self.interruptions = Counter(
+            "strata_interruptions",
+            "Jobs interrupted on purpose (a checkpoint, then their tasks stop), by cause: suspend.",
+            ["cause"],
+            registry=registry,
+        )
         self.websocket_refusals = Counter(
             "strata_websocket_refusals",
             "Websockets the server closed on a peer that broke a rule, by channel (agent, "

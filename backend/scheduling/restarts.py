@@ -134,7 +134,15 @@ async def replace_job(
     if job.status is JobStatus.failed:
         await transition_job(session=session, job=job, to=JobStatus.restarting, reason=reason)
     await transition_job(session=session, job=job, to=JobStatus.pending, reason=reason)
-    for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
+    await unplace_tasks(tx=tx, job=job, reason=reason, failure=failure, fresh_budget=fresh_budget)
+
+
+async def unplace_tasks(
+    *, tx: Transaction, job: Job, reason: str, failure: bool, fresh_budget: bool = False
+) -> None:
+    """Stop whatever of the job runs and make every task a new attempt waiting for a place
+    (a stopped sidecar evaluator stays stopped)."""
+    for task in await tx.session.scalars(select(Task).where(Task.job_id == job.id)):
         if task.role == Role.evaluator and task.status not in LIVE_TASK_STATUSES:
             continue  # a stopped sidecar evaluator is started again only by request
         if task.status in LIVE_TASK_STATUSES and task.host is not None:

@@ -62,14 +62,19 @@ class RuntimeLinks:
         return link if link is not None and link.attempt == attempt else None
 
     async def send_command(
-        self, link: RuntimeLink, action: Literal["checkpoint"]
+        self,
+        link: RuntimeLink,
+        action: Literal["checkpoint", "interrupt"],
+        *,
+        hold_seconds: float = 0.0,
     ) -> tuple[int, asyncio.Future[CommandOutcome]]:
         """Send a command; the future resolves when the runtime answers it (see `resolve`)."""
         command_id = next(self._ids)
         future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
         self._waiting[command_id] = future
+        command = Command(id=command_id, action=action, hold_seconds=hold_seconds)
         try:
-            await link.send(Command(id=command_id, action=action).model_dump_json())
+            await link.send(command.model_dump_json())
         except BaseException:
             self.forget(command_id)
             raise

@@ -406,6 +406,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{job_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume Job
+         * @description Put a suspended job back in the queue, to continue from where it was suspended.
+         */
+        post: operations["resume_job_jobs__job_id__resume_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{job_id}/suspend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Suspend Job
+         * @description Free the job's hosts and GPUs: a checkpoint at the next step (while it trains), then
+         *     its tasks stop. It counts against no quota until resumed. No restart is counted.
+         */
+        post: operations["suspend_job_jobs__job_id__suspend_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}/tasks/{task}/logs": {
         parameters: {
             query?: never;
@@ -773,7 +814,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
@@ -1330,6 +1371,16 @@ export interface components {
              */
             restart: boolean;
             /**
+             * Resume
+             * @description POST /jobs/{id}/resume
+             */
+            resume: boolean;
+            /**
+             * Suspend
+             * @description POST /jobs/{id}/suspend
+             */
+            suspend: boolean;
+            /**
              * Task Restart
              * @description POST /jobs/{id}/tasks/{task}/restart
              */
@@ -1537,7 +1588,7 @@ export interface components {
          * JobStatus
          * @enum {string}
          */
-        JobStatus: "pending" | "scheduled" | "running" | "restarting" | "succeeded" | "failed" | "cancelled";
+        JobStatus: "pending" | "scheduled" | "running" | "restarting" | "suspended" | "succeeded" | "failed" | "cancelled";
         /** KeepBest */
         KeepBest: {
             /**
@@ -3653,6 +3704,145 @@ export interface operations {
     restart_job_jobs__job_id__restart_post: {
         parameters: {
             query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    resume_job_jobs__job_id__resume_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    suspend_job_jobs__job_id__suspend_post: {
+        parameters: {
+            query?: {
+                /** @description How long to wait for the checkpoint it resumes from; past it the job is suspended anyway, to resume from its last backup. */
+                deadline_seconds?: number;
+            };
             header?: never;
             path: {
                 /** @description The job's id. */

@@ -28,11 +28,12 @@ export const JOB_STATUSES: readonly JobStatus[] = [
   "scheduled",
   "running",
   "restarting",
+  "suspended",
   "succeeded",
   "failed",
   "cancelled",
 ];
-export const ACTIVE_STATUSES: readonly JobStatus[] = ["pending", "scheduled", "running", "restarting"];
+export const ACTIVE_STATUSES: readonly JobStatus[] = ["pending", "scheduled", "running", "restarting", "suspended"];
 export const isFinished = (status: JobStatus): boolean => !ACTIVE_STATUSES.includes(status);
 
 /** Every error answer: `{detail}`, and for invalid input one issue per field (backend/errors.py). */

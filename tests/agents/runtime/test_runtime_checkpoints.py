@@ -23,6 +23,7 @@ import pytest
 from agents import runtime
 from agents.protocol import CheckpointSaved, Command
 from agents.runtime import checkpoints as ckpts
+from agents.runtime.backup import backup_and_restore
 from agents.runtime.callbacks import make_callbacks, strata_metrics_class
 from agents.runtime.checkpoint_policy import (
     Candidate,
@@ -251,6 +252,7 @@ def test_make_callbacks_outside_and_inside_strata(
 
     backup = callbacks[1]
     backup.set_model(build_model())
+    backup.on_train_begin()  # the real callback is made once fit begins
     assert isinstance(backup.inner, keras.callbacks.BackupAndRestore)  # the model's Keras
     assert backup.inner.backup_dir == str(tmp_path / "backup")
     assert callbacks[2].keeper.policy == CheckpointPolicy(every_epochs=3, keep=2)
@@ -469,13 +471,96 @@ def test_backups_wait_for_their_interval(
         return now[0]
 
     def backup() -> Any:
-        return ckpts.backup_and_restore(str(tmp_path), every_seconds, clock)
+        return backup_and_restore(str(tmp_path), every_seconds, clock)
 
     with pytest.raises(Crash):
         fit(build_model(), [Clock(), backup(), Hooks(crash_at=4)], epochs=6)
     resumed = Hooks()
     fit(build_model(), [backup(), resumed], epochs=6)
     assert resumed.epochs == list(range(resumed_at, 6))
+
+
+class Steps:
+    """Records (epoch, batch) at each batch begin; plays `at` once at (epoch, batch) begin and
+    crashes at `crash_at` (the task being stopped)."""
+
+    def __new__(
+        cls,
+        at: tuple[int, int] | None = None,
+        play: Callable[[], None] | None = None,
+        crash_at: tuple[int, int] | None = None,
+    ) -> Any:
+        import tf_keras as keras
+
+        class _Steps(keras.callbacks.Callback):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.epoch = -1
+                self.seen: list[tuple[int, int]] = []
+
+            def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+                self.epoch = epoch
+
+            def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+                self.seen.append((self.epoch, batch))
+                if (self.epoch, batch) == at and play is not None:
+                    play()
+                if (self.epoch, batch) == crash_at:
+                    raise Crash(f"stopped at epoch {self.epoch}, batch {batch}")
+
+        return _Steps()
+
+
+def interrupt_command(sink: FakeSink, command_id: int, hold_seconds: float = 0.0) -> None:
+    command = Command(id=command_id, action="interrupt", hold_seconds=hold_seconds)
+    for hook in list(sink.hooks):
+        hook(command)
+
+
+def test_an_interruption_backs_up_mid_epoch_and_the_resumed_fit_goes_on_at_the_next_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 1, "keep": 10}')
+    first = FakeSink()
+    # Asked as epoch 1's batch 1 begins: served at its end (step 4 + 2), then stopped.
+    stopped = Steps(at=(1, 1), play=lambda: interrupt_command(first, 9), crash_at=(1, 2))
+    with pytest.raises(Crash):
+        fit(build_model(), [*make_callbacks(sink=first), stopped], epochs=4)
+    assert [(s.name, s.step, s.trigger, s.command_id) for s in first.saved] == [
+        ("ckpt-1", 4, "epoch", None),
+        ("ckpt-2", 6, "interruption", 9),
+    ]
+    assert first.failed == []
+
+    second = FakeSink()
+    model = build_model()
+    resumed = Steps()
+    fit(model, [*make_callbacks(sink=second), resumed], epochs=4)
+    assert resumed.seen[0] == (1, 2)  # not one step lost, none run twice
+    assert len(resumed.seen) == 16 - 6
+    assert int(model.optimizer.iterations.numpy()) == 16
+
+
+def test_an_interruption_holds_training_for_its_hold_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
+    sink = FakeSink()
+    order: list[str] = []
+    monkeypatch.setattr(ckpts, "hold_training", lambda seconds: order.append(f"hold {seconds}"))
+    steps = Steps(at=(0, 1), play=lambda: interrupt_command(sink, 3, hold_seconds=1.5))
+    original = steps.on_train_batch_begin
+
+    def noted(batch: int, logs: Any = None) -> None:
+        order.append(f"batch {batch}")
+        original(batch, logs)
+
+    steps.on_train_batch_begin = noted
+    fit(build_model(), [*make_callbacks(sink=sink), steps], epochs=1)
+    assert [s.trigger for s in sink.saved] == ["interruption", "epoch"]
+    # Training held after the interruption's save, before the next batch.
+    assert order[:4] == ["batch 0", "batch 1", "hold 1.5", "batch 2"]
 
 
 def test_the_backup_interval_comes_from_the_policy() -> None:

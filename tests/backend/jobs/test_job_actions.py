@@ -12,7 +12,7 @@ from sqlalchemy.orm import selectinload
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.hosts.models import Host
-from backend.jobs.actions import JobActions, job_actions
+from backend.jobs.actions import JobActions, job_actions, suspend_refusal
 from backend.jobs.models import Job, Task
 from backend.jobs.spec import JobSpec
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
@@ -187,13 +187,20 @@ TASKS = [
 @pytest.mark.parametrize(
     ("status", "expected"),
     [
-        (JobStatus.pending, {"cancel", "evaluator_start"}),
-        (JobStatus.scheduled, {"cancel", "restart", "task_restart", "evaluator_start"}),
+        (JobStatus.pending, {"cancel", "evaluator_start", "suspend"}),
+        (
+            JobStatus.scheduled,
+            {"cancel", "restart", "task_restart", "evaluator_start", "suspend"},
+        ),
         (
             JobStatus.running,
-            {"cancel", "restart", "task_restart", "checkpoint", "evaluator_start"},
+            {"cancel", "restart", "task_restart", "checkpoint", "evaluator_start", "suspend"},
         ),
-        (JobStatus.restarting, {"cancel", "restart", "task_restart", "evaluator_start"}),
+        (
+            JobStatus.restarting,
+            {"cancel", "restart", "task_restart", "evaluator_start", "suspend"},
+        ),
+        (JobStatus.suspended, {"cancel", "evaluator_start", "resume"}),
         (JobStatus.failed, {"restart"}),
         (JobStatus.succeeded, set()),
         (JobStatus.cancelled, set()),
@@ -202,6 +209,21 @@ TASKS = [
 def test_the_rules_by_status(status: JobStatus, expected: set[str]) -> None:
     actions = job_actions(status, SPEC, TASKS).model_dump()
     assert {name for name, on in actions.items() if on} == expected
+
+
+def test_a_slurm_job_and_a_client_s_job_cannot_be_suspended() -> None:
+    slurm = JobSpec.model_validate(make_spec("parameter_server", slurm={"partition": "gpu"}))
+    assert suspend_refusal(JobStatus.running, slurm) == (
+        "it runs as a Slurm job: Slurm gives its allocation back (scontrol requeue)"
+    )
+    client = JobSpec.model_validate(
+        make_spec(
+            "parameter_server",
+            coordinator="client",
+            replicas={"worker": {"count": 1}, "ps": {"count": 1}},
+        )
+    )
+    assert not job_actions(JobStatus.running, client, TASKS).suspend
 
 
 def test_the_evaluator_rules() -> None:
