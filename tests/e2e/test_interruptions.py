@@ -1,0 +1,95 @@
+"""Suspend and resume on real TensorFlow processes (`strata up`, two agents of two simulated
+GPUs): a parameter_server job's chief backs up and checkpoints at its next step and holds;
+the job's GPUs and its project's quota go to another job; resumed, it goes on at the next
+step, with no restart counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_checkpoints import ps_spec
+from tests.support.cluster import Cluster, local_cluster, wait_no_processes
+
+pytestmark = pytest.mark.e2e
+
+STEPS_PER_EPOCH = 20  # the digits example's default
+# Runs until the file named by its argument exists, then succeeds.
+UNTIL = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.2)\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with local_cluster(tmp_path_factory.mktemp("interruptions") / "data") as running:
+        yield running
+
+
+def two_gpu_job(project: str, release: Path) -> dict[str, Any]:
+    return {
+        "name": "takes-the-gpus",
+        "project": project,
+        "strategy": "mirrored",
+        "entrypoint": ["python", "-c", UNTIL, str(release)],
+        "replicas": {"chief": {"count": 1, "gpus": 2}},
+        "restart": {"policy": "never"},
+    }
+
+
+def test_a_suspended_ps_job_frees_its_gpus_and_quota_and_resumes_at_the_next_step(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    assert cluster.http.post("/projects", json={"name": "lab"}).status_code == 201
+    quota = cluster.http.put("/projects/lab/quota", json={"max_gpus": 2})
+    assert quota.status_code == 200, quota.text
+    epochs = 40
+    spec = ps_spec("suspended-ps", epochs, project="lab", checkpoint={"every_epochs": 10})
+    job_id = cluster.submit(spec)["id"]
+    cluster.wait_for(
+        job_id,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "chief:0")),
+        180,
+        "past its third epoch",
+    )
+
+    answer = cluster.http.post(f"/jobs/{job_id}/suspend", timeout=120)
+    assert answer.status_code == 200, answer.text
+    suspended = answer.json()
+    assert suspended["status"] == "suspended"
+    assert suspended["reason"].startswith("suspended by request; resumes from checkpoint ckpt-")
+    event = [e for e in cluster.events(job_id) if e["to_status"] == "suspended"][-1]
+    step = event["data"]["step"]
+    assert step >= 3 * STEPS_PER_EPOCH
+    assert event["data"]["steps_lost"] == 0  # its chief held training after the save
+    wait_no_processes(job_id, server=cluster.url)
+    totals = cluster.http.get("/cluster").json()["totals"]
+    assert totals["free_gpus"] == totals["gpus"]
+
+    # The project's 2-GPU quota is free for another job while this one is suspended.
+    release = tmp_path / "release"
+    other = cluster.submit(two_gpu_job("lab", release))["id"]
+    try:
+        cluster.wait_status(other, "running", timeout=120)
+    finally:
+        release.touch()
+    cluster.wait_status(other, "succeeded", timeout=60)
+
+    resumed = cluster.http.post(f"/jobs/{job_id}/resume")
+    assert resumed.status_code == 200, resumed.text
+    done = cluster.wait_status(job_id, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    checkpoints = cluster.http.get(
+        f"/jobs/{job_id}/checkpoints", params={"include_deleted": True}
+    ).json()
+    (interruption,) = [c for c in checkpoints if c["trigger"] == "interruption"]
+    assert interruption["step"] == step
+    # Not one step run twice nor skipped: the optimizer ends at exactly epochs x steps.
+    assert max(c["step"] for c in checkpoints if c["trigger"] != "export") == (
+        epochs * STEPS_PER_EPOCH
+    )
+    # The resumed chief began in the epoch it was suspended in.
+    lines = [line for line in cluster.logs(job_id, "chief:0") if line.startswith("epoch=")]
+    assert lines[0].startswith(f"epoch={step // STEPS_PER_EPOCH + 1} "), lines[:3]
+    wait_no_processes(job_id, server=cluster.url)
