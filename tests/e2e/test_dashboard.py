@@ -118,6 +118,16 @@ def test_login_theme_and_a_bad_spec(cluster: Cluster, page: Page) -> None:
     # The reason changes without an event (placement retries): the page polls for it.
     page.get_by_test_id("job-reason").filter(has_text="GPU").wait_for()
     assert page.get_by_test_id("restart-job").is_disabled()
+    # Suspended, it gives up its place in the queue; resumed, it waits again.
+    page.get_by_test_id("suspend-toggle").click()
+    page.locator('[data-testid="job-status"][data-status="suspended"]').wait_for()
+    page.locator('[data-testid="suspend-toggle"][data-suspended="true"]').wait_for()
+    assert cluster.job(waiting["id"])["status"] == "suspended"
+    page.get_by_test_id("suspend-toggle").click()
+    page.locator('[data-testid="job-status"][data-status="pending"]').wait_for()
+    page.locator('[data-testid="action-outcome"][data-action="suspend"][data-state="ok"]').filter(
+        has_text="Job resumed"
+    ).wait_for()
     page.get_by_test_id("cancel-job").click()
     page.get_by_test_id("confirm-cancel").click()  # changed my mind
     assert page.get_by_test_id("confirm-dialog").count() == 0
@@ -145,7 +155,7 @@ def test_a_viewer_token_sees_everything_and_changes_nothing(cluster: Cluster, pa
     unplaceable["name"] = "seen-by-a-viewer"
     unplaceable["replicas"]["worker"]["gpus"] = 8  # stays pending: nothing to run
     waiting = cluster.submit(unplaceable)
-    controls = ("checkpoint-now", "evaluator-toggle", "restart-job", "cancel-job")
+    controls = ("checkpoint-now", "evaluator-toggle", "suspend-toggle", "restart-job", "cancel-job")
     try:
         # The viewer sees the job, and every control is off, saying why.
         page.goto(f"{cluster.url}/ui/?token={viewer}#/jobs/{waiting['id']}")

@@ -1,4 +1,5 @@
-// The job page's controls: TensorBoard, checkpoint now, the evaluator toggle, restart and cancel.
+// The job page's controls: TensorBoard, checkpoint now, the evaluator toggle, suspend or resume,
+// restart and cancel.
 // Each is off while the caller may only look (`readOnlyWhy` says why), while the server says it
 // does not apply, or while it runs.
 import { tensorBoardUrl } from "../api/client";
@@ -10,6 +11,7 @@ export function JobActionsBar({ job, controls, readOnlyWhy }: { job: Job; contro
   const { actions } = job;
   const readOnly = readOnlyWhy !== null;
   const canToggleEvaluator = evaluatorLive ? actions.evaluator_stop : actions.evaluator_start;
+  const suspended = actions.resume;
   return (
     <div class="actions">
       <a
@@ -52,6 +54,22 @@ export function JobActionsBar({ job, controls, readOnlyWhy }: { job: Job; contro
       >
         {busy.has("evaluator") ? <span class="spinner" /> : null}
         {evaluatorLive ? "Stop evaluator" : "Start evaluator"}
+      </button>
+      <button
+        type="button"
+        onClick={controls.toggleSuspend}
+        disabled={readOnly || !(actions.suspend || actions.resume) || busy.has("suspend")}
+        title={
+          readOnlyWhy ??
+          (suspended
+            ? "Place the job again; it continues from the checkpoint taken when it was suspended"
+            : "Checkpoint, then stop every task and free the job's GPUs until resumed")
+        }
+        data-testid="suspend-toggle"
+        data-suspended={suspended ? "true" : "false"}
+      >
+        {busy.has("suspend") ? <span class="spinner" /> : null}
+        {suspended ? "Resume" : "Suspend"}
       </button>
       <button
         type="button"

@@ -10,6 +10,8 @@ import {
   restartJobDone,
   restartTaskConfirm,
   restartTaskDone,
+  resumeDone,
+  suspendDone,
 } from "./jobActions";
 
 const task = (fields: Partial<Task>) => ({ name: "worker:1", role: "worker", host: "gpu-a", port: 2222, status: "running", attempt: 2, ...fields }) as Task;
@@ -71,5 +73,13 @@ describe("what the job page's actions report", () => {
       "worker:1 restart requested (attempt 3, scheduled).",
     );
     expect(restartTaskDone(job({}), "worker:1")).toBe("worker:1 restart requested (attempt ?, ?).");
+  });
+
+  it("says where a suspended job resumes from, and that a resumed one waits for room", () => {
+    const reason = "suspended by request; resumes from checkpoint ckpt-4 at step 96 (0 steps lost)";
+    expect(suspendDone(job({ status: "suspended", reason }))).toBe(`Job suspended: ${reason}.`);
+    expect(resumeDone(job({ status: "pending" }))).toBe(
+      "Job resumed: pending; it continues from where it was suspended once placed.",
+    );
   });
 });

@@ -69,3 +69,13 @@ export function restartTaskDone(job: Pick<Job, "tasks">, name: string): string {
   const t = job.tasks.find((x) => x.name === name);
   return `${name} restart requested (attempt ${t?.attempt ?? "?"}, ${t?.status ?? "?"}).`;
 }
+
+export const SUSPEND_PENDING = "Suspending: waiting for the checkpoint it resumes from…";
+
+export function suspendDone(job: Pick<Job, "status" | "reason">): string {
+  return `Job ${job.status}${job.reason ? `: ${job.reason}` : ""}.`;
+}
+
+export function resumeDone(job: Pick<Job, "status">): string {
+  return `Job resumed: ${job.status}; it continues from where it was suspended once placed.`;
+}

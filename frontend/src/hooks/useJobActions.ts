@@ -1,5 +1,5 @@
-// The job page's controls: checkpoint now, the sidecar evaluator, and restarting or cancelling
-// the job or one task (those three ask first). What they may do comes from the server
+// The job page's controls: checkpoint now, the sidecar evaluator, suspend and resume, and
+// restarting or cancelling the job or one task (those three ask first). What they may do comes from the server
 // (job.actions), not from rules kept here.
 import { api } from "../api/client";
 import type { Task } from "../api/types";
@@ -15,6 +15,9 @@ import {
   restartJobDone,
   restartTaskConfirm,
   restartTaskDone,
+  resumeDone,
+  SUSPEND_PENDING,
+  suspendDone,
 } from "../data/jobActions";
 import type { JobLive } from "../data/jobLive";
 import type { Outcome } from "../data/outcomes";
@@ -28,6 +31,8 @@ export interface JobActions {
   evaluatorLive: boolean;
   checkpointNow: () => Promise<void>;
   toggleEvaluator: () => Promise<void>;
+  /** Suspend the job, or resume it when it is suspended. */
+  toggleSuspend: () => Promise<void>;
   restartJob: () => Promise<void>;
   cancelJob: () => Promise<void>;
   restartTask: (task: Task) => Promise<void>;
@@ -55,6 +60,19 @@ export function useJobActions(live: JobLive): JobActions {
       return evaluatorDone(action, j);
     });
   };
+
+  const toggleSuspend = () =>
+    job?.actions.resume
+      ? run("suspend", "Resuming the job…", async () => {
+          const j = await api.post("/jobs/{job_id}/resume", { path });
+          live.setJob(j);
+          return resumeDone(j);
+        })
+      : run("suspend", SUSPEND_PENDING, async () => {
+          const j = await api.post("/jobs/{job_id}/suspend", { path });
+          live.setJob(j);
+          return suspendDone(j);
+        });
 
   const restartJob = async () => {
     if (!(await confirmAction(restartJobConfirm(job, id)))) return;
@@ -88,5 +106,16 @@ export function useJobActions(live: JobLive): JobActions {
     );
   };
 
-  return { outcomes, dismiss, busy, evaluatorLive, checkpointNow, toggleEvaluator, restartJob, cancelJob, restartTask };
+  return {
+    outcomes,
+    dismiss,
+    busy,
+    evaluatorLive,
+    checkpointNow,
+    toggleEvaluator,
+    toggleSuspend,
+    restartJob,
+    cancelJob,
+    restartTask,
+  };
 }
