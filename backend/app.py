@@ -119,7 +119,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         agents = NativeAgents(settings=settings, tokens=app.state.tokens, hub=app.state.hub)
         executors = Executors(agents=agents, others=[SlurmExecutor()])
         app.state.controller = Controller(
-            settings=settings, sessions=app.state.sessions, executors=executors, monitor=monitor
+            settings=settings,
+            sessions=app.state.sessions,
+            executors=executors,
+            links=app.state.runtimes,
+            monitor=monitor,
         )
         app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
         # Submissions waiting for the controller are written together (backend.scheduling.intake).
@@ -157,6 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # left behind, rather than keeping the server from exiting.
             await stop_services(background, settings.shutdown_seconds)
             for what, close in (
+                ("interruptions in flight", app.state.controller.interrupter.close),
                 ("agent connections", app.state.hub.close_all),
                 ("TensorBoards", app.state.tensorboards.close),
                 ("the database engine", engine.dispose),

@@ -181,6 +181,18 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="How long a TensorBoard may take to start serving."
     )
 
+    preemptible: bool = Field(
+        default=True,
+        description="Whether a job whose spec leaves preemptible unset may be interrupted for "
+        "a pending job of higher priority.",
+    )
+    interruption_deadline_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a preemption waits for the checkpoint of the job it interrupts; "
+        "past it the job stops anyway and resumes from its last backup.",
+    )
+
     # The client coordinator of a job with coordinator: client (runtime.connect).
     client_idle_timeout: float = Field(
         default=1800.0,

@@ -277,6 +277,12 @@ class JobSpec(_Strict):
     )
     strategy_options: StrategyOptions = StrategyOptions()
     priority: Annotated[int, Field(ge=-100, le=100, description="Higher is placed first.")] = 0
+    preemptible: bool | None = Field(
+        default=None,
+        description="Whether a pending job of higher priority that fits nowhere may interrupt "
+        "this one to take its place (a checkpoint first; it then waits, pending, and no "
+        "restart is counted); null: the server's STRATA_PREEMPTIBLE.",
+    )
     project: str | None = Field(
         default=None,
         pattern=TEAM_NAME_PATTERN,

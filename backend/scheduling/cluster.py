@@ -61,6 +61,9 @@ class ClusterView:
     capacity: list[HostCapacity] | None = None
     capacity_key: tuple[int, float] = (-1, 0.0)  # (the hub's changes, monotonic read time)
     started: float = field(default_factory=time.monotonic)
+    # Pending jobs that preempted others for their room, with those jobs: the victims are
+    # not placed again, and the job waits for them to stop (reconcilers/preemptions.py).
+    preempting: dict[int, set[int]] = field(default_factory=dict)
 
     def heard_from(self, host: str) -> None:
         self.last_heard[host] = time.monotonic()
@@ -68,6 +71,14 @@ class ClusterView:
 
     def capacity_changed(self) -> None:
         self.capacity = None
+
+    def job_runs(self, job_id: int) -> bool:
+        """Whether an agent still runs any attempt of any task of the job."""
+        return self.running.job_runs(job_id)
+
+    def preempted_for(self, job_id: int) -> int | None:
+        """The pending job this one was preempted for, while that one waits for its room."""
+        return next((by for by, victims in self.preempting.items() if job_id in victims), None)
 
     def old_attempt_running(self, job_id: int, task: str, attempt: int) -> bool:
         """Whether an agent still runs an earlier attempt of this task (its port is taken)."""

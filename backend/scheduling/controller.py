@@ -27,6 +27,7 @@ from backend.config import Settings
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.executors import Executors
+from backend.scheduling.interruptions import Interrupter
 from backend.scheduling.outbox import CommandOutbox
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
@@ -35,9 +36,11 @@ from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.reconcilers.idle_clients import IdleClients
 from backend.scheduling.reconcilers.lost_hosts import LostHosts
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
+from backend.scheduling.reconcilers.preemptions import Preemptions
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
 from backend.scheduling.reconcilers.restarted_tasks import RestartedTasks
 from backend.scheduling.reconcilers.running_tasks import RunningTasks
+from backend.scheduling.runtime_links import RuntimeLinks
 from backend.scheduling.stale import applied_again_if_stale
 from backend.scheduling.transaction import Transaction
 
@@ -64,6 +67,7 @@ class Controller:
         settings: Settings,
         sessions: async_sessionmaker[AsyncSession],
         executors: Executors,
+        links: RuntimeLinks | None = None,
         monitor: ServerMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -76,6 +80,13 @@ class Controller:
         self._queued = 0  # transactions waiting for the lock
         self._wake = asyncio.Event()
         view = self.view
+        # Interruptions a pass decides wait for their checkpoints outside it.
+        self.interrupter = Interrupter(
+            sessions=sessions,
+            links=links or RuntimeLinks(),
+            apply=self.apply,
+            deadline=settings.interruption_deadline_seconds,
+        )
         # In this order: what agents reported first, then what follows from it.
         self.reconcilers: list[Reconciler] = [
             HeartbeatTimes(view=view, pace=self.pace),
@@ -86,6 +97,7 @@ class Controller:
             FinishedJobs(),
             RestartedTasks(view=view),
             PendingJobs(view=view, wake=self.wake),
+            Preemptions(view=view, settings=settings, interrupter=self.interrupter),
         ]
 
     def wake(self) -> None:

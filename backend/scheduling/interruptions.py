@@ -4,18 +4,22 @@ checkpoint. Without a checkpoint by the deadline it stops anyway, to resume from
 backup, and says so. An interruption is not a failure: it spends no restart budget, sets no
 backoff and counts in no `restart_count`.
 
-The checkpoint is waited for outside the controller's lock (`take_checkpoint`); the change
-of status is one transaction under it (`suspend`, `resume`)."""
+The checkpoint is waited for outside the controller's lock (`take_checkpoint`; for what a
+pass decides, `Interrupter`); the change of status is one transaction under it (`suspend`,
+`resume`, `preempt`)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.checkpoints.service import checkpoint_writer, get_checkpoint
 from backend.errors import Conflict, NotFound
@@ -28,6 +32,8 @@ from backend.scheduling.restarts import unplace_tasks
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.scheduling.transaction import Transaction
 from backend.streams.models import MetricPoint
+
+log = logging.getLogger("strata.scheduling")
 
 DEFAULT_DEADLINE_SECONDS = 60.0
 # The writer holds its training this long past the deadline: time for the server to stop it.
@@ -104,6 +110,10 @@ async def steps_lost(session: AsyncSession, job_id: int, point: ResumePoint) -> 
     return max(0, (reported or 0) - point.step)
 
 
+def _lost_words(lost: int | None) -> str:
+    return "" if lost is None else f" ({lost} step{'' if lost == 1 else 's'} lost)"
+
+
 async def _interruptible_job(tx: Transaction, job_id: int) -> Job:
     job = await tx.session.get(Job, job_id)
     if job is None:
@@ -119,9 +129,7 @@ async def suspend(tx: Transaction, *, job_id: int, point: ResumePoint) -> None:
     it holds no host)."""
     job = await _interruptible_job(tx, job_id)
     lost = await steps_lost(tx.session, job_id, point)
-    reason = f"suspended by request; resumes from {point.describe()}"
-    if lost is not None:
-        reason += f" ({lost} step{'' if lost == 1 else 's'} lost)"
+    reason = f"suspended by request; resumes from {point.describe()}{_lost_words(lost)}"
     await transition_job(
         session=tx.session,
         job=job,
@@ -143,3 +151,76 @@ async def resume(tx: Transaction, *, job_id: int) -> None:
     await transition_job(
         session=tx.session, job=job, to=JobStatus.pending, reason="resumed by request"
     )
+
+
+async def preempt(tx: Transaction, *, job_id: int, by_id: int, point: ResumePoint) -> bool:
+    """Send a running job back to the queue for a pending job of higher priority. False, with
+    nothing changed, when either has moved on meanwhile (ended, placed, cancelled)."""
+    job = await tx.session.get(Job, job_id)
+    by = await tx.session.get(Job, by_id)
+    if job is None or by is None or job.status is not JobStatus.running:
+        return False
+    if by.status is not JobStatus.pending:
+        return False
+    lost = await steps_lost(tx.session, job_id, point)
+    reason = (
+        f"preempted by job {by.id} ({by.name}, priority {by.priority}); resumes from "
+        f"{point.describe()}{_lost_words(lost)}"
+    )
+    await transition_job(
+        session=tx.session,
+        job=job,
+        to=JobStatus.pending,
+        reason=reason,
+        data={"interruption": "preemption", "by": by.id, **point.data(), "steps_lost": lost},
+    )
+    await unplace_tasks(tx=tx, job=job, reason=reason, failure=False)
+    tx.observe(lambda metrics: metrics.interruptions.labels(cause="preemption").inc())
+    return True
+
+
+Apply = Callable[[Callable[[Transaction], Awaitable[bool]]], Awaitable[bool]]
+
+
+class Interrupter:
+    """Carries out the interruptions a pass decides: a pass holds the controller's lock and
+    cannot wait for a checkpoint, so each runs here, then applies its change (`apply`: the
+    controller's). A server restart loses those in flight; the next passes decide again."""
+
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        links: RuntimeLinks,
+        apply: Apply,
+        deadline: float,
+    ) -> None:
+        self.sessions = sessions
+        self.links = links
+        self.apply = apply
+        self.deadline = deadline
+        self.in_flight: dict[int, asyncio.Task[None]] = {}  # by the interrupted job's id
+
+    def preempt(self, job_id: int, by_id: int) -> None:
+        if job_id in self.in_flight:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._preempt(job_id, by_id), name=f"preempt job {job_id}"
+        )
+        self.in_flight[job_id] = task
+        task.add_done_callback(lambda _: self.in_flight.pop(job_id, None))
+
+    async def _preempt(self, job_id: int, by_id: int) -> None:
+        try:
+            async with self.sessions() as session:
+                point = await take_checkpoint(
+                    session=session, links=self.links, job_id=job_id, deadline=self.deadline
+                )
+            await self.apply(functools.partial(preempt, job_id=job_id, by_id=by_id, point=point))
+        except Exception:
+            log.exception("preempting job %d for job %d failed", job_id, by_id)
+
+    async def close(self) -> None:
+        for task in list(self.in_flight.values()):
+            task.cancel()
+        await asyncio.gather(*self.in_flight.values(), return_exceptions=True)

@@ -76,5 +76,8 @@ class RunningReports:
             self.report(host, frozenset())
             del self._by_host[host]
 
+    def job_runs(self, job_id: int) -> bool:
+        return any(job == job_id for job, _ in self._attempts)
+
     def earlier_attempt_runs(self, job_id: int, task: str, attempt: int) -> bool:
         return any(a < attempt for a in self._attempts.get((job_id, task), ()))

@@ -99,8 +99,19 @@ class PendingJobs:
         quotas: GpuQuotas,
     ) -> bool:
         """Place every waiting task of the job, or none; says why not in the job's reason."""
-        if any(self.view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
+        view = self.view
+        if any(view.old_attempt_running(job.id, t.name, t.attempt) for t in job.tasks):
             job.reason = "waiting for the tasks of its previous attempt to stop"
+            return False
+        by = view.preempted_for(job.id)
+        if by is not None:
+            job.reason = f"preempted for job {by}: waiting until it is placed"
+            return False
+        victims = sorted(view.preempting.get(job.id, ()))
+        if any(view.job_runs(victim) for victim in victims):
+            job.reason = (
+                f"waiting for the jobs it preempted ({', '.join(map(str, victims))}) to stop"
+            )
             return False
         spec = job.job_spec
         # Its executor says where it may go: a job with an allocation of its own waits for
@@ -124,6 +135,7 @@ class PendingJobs:
         )
         if isinstance(slots, Unplaceable):
             job.reason = slots.reason
+            view.preempting.pop(job.id, None)  # its room went elsewhere: plan again
             return False
         addresses = {key: f"{slot.address}:{slot.port}" for key, slot in slots.items()}
         cluster = cluster_spec(addresses)

@@ -39,6 +39,13 @@ EXPECTED_LEGAL = {
     (S.restarting, S.failed),
     (S.restarting, S.cancelled),
     (S.failed, S.restarting),
+    # Suspended (off the cluster) from any status that waits for or holds hosts; resumed.
+    (S.pending, S.suspended),
+    (S.scheduled, S.suspended),
+    (S.running, S.suspended),
+    (S.restarting, S.suspended),
+    (S.suspended, S.pending),
+    (S.suspended, S.cancelled),
 }
 
 

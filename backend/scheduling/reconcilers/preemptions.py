@@ -1,0 +1,106 @@
+"""Priority preemption: the pending job of highest priority that fits nowhere (its quota
+allowing it) interrupts the running jobs of lower priority that make room for it
+(`scheduling/preemption.py` chooses them). Their interruptions run outside the pass
+(`Interrupter`); the job waits until what they ran has stopped, then PendingJobs places it
+first. One plan at a time: its victims are spoken for until it is placed or gone."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from agents.vocabulary import Strategy
+from backend.config import Settings
+from backend.jobs.actions import suspend_refusal
+from backend.jobs.models import Job
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
+from backend.scheduling.cluster import ClusterView
+from backend.scheduling.executors import PassHosts
+from backend.scheduling.interruptions import Interrupter
+from backend.scheduling.placement import TaskNeed
+from backend.scheduling.preemption import Candidate, HeldPlace, fits, plan_preemption
+from backend.scheduling.quotas import GpuQuotas
+from backend.scheduling.transaction import Transaction
+
+
+class Preemptions:
+    def __init__(self, *, view: ClusterView, settings: Settings, interrupter: Interrupter) -> None:
+        self.view = view
+        self.settings = settings
+        self.interrupter = interrupter
+
+    def preemptible(self, job: Job) -> bool:
+        spec = job.job_spec
+        allowed = spec.preemptible if spec.preemptible is not None else self.settings.preemptible
+        return allowed and suspend_refusal(job.status, spec) is None
+
+    async def reconcile(self, tx: Transaction) -> None:
+        session, plans = tx.session, self.view.preempting
+        pending = list(
+            await session.scalars(
+                select(Job)
+                .where(Job.status == JobStatus.pending)
+                .order_by(Job.priority.desc(), Job.id)
+                .options(selectinload(Job.tasks))
+            )
+        )
+        for job_id in set(plans) - {job.id for job in pending}:
+            del plans[job_id]  # placed, cancelled or suspended meanwhile
+        if plans or not pending:
+            return
+        running = list(
+            await session.scalars(
+                select(Job)
+                .where(Job.status == JobStatus.running, Job.priority < pending[0].priority)
+                .options(selectinload(Job.tasks))
+            )
+        )
+        in_flight = self.interrupter.in_flight
+        candidates = [
+            candidate(job) for job in running if job.id not in in_flight and self.preemptible(job)
+        ]
+        candidates = [c for c in candidates if c.places]
+        if not candidates:
+            return
+        hosts = PassHosts.of(await tx.agents.capacities(session), tx.agents).unbound
+        quotas = await GpuQuotas.load(session, uncounted=tx.executors.uncounted_jobs())
+        for job in pending:
+            spec = job.job_spec
+            if spec.slurm is not None:
+                continue  # placed in its own allocation: other jobs' hosts are not its room
+            needs = [
+                TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus)
+                for t in job.tasks
+                if t.status is TaskStatus.pending
+            ]
+            if quotas.refusal(job.project_id, sum(n.gpus for n in needs)) is not None:
+                continue  # its quota holds it, not the room
+            if fits(needs, hosts, [], spec.image):
+                continue  # room enough already: PendingJobs places it
+            chosen = plan_preemption(
+                needs, hosts, candidates, priority=job.priority, image=spec.image
+            )
+            if chosen is None:
+                continue
+            plans[job.id] = {c.job_id for c in chosen}
+            job.reason = (
+                f"preempting job{'s' if len(chosen) > 1 else ''} "
+                f"{', '.join(str(c.job_id) for c in chosen)} (lower priority) for its room"
+            )
+            for victim in chosen:
+                self.interrupter.preempt(victim.job_id, job.id)
+            return
+
+
+def candidate(job: Job) -> Candidate:
+    live = [t for t in job.tasks if t.status in LIVE_TASK_STATUSES and t.host_id is not None]
+    return Candidate(
+        job_id=job.id,
+        priority=job.priority,
+        places=tuple(
+            HeldPlace(t.host_id, tuple(t.gpu_indices or ()), t.port)
+            for t in live
+            if t.host_id is not None
+        ),
+        loses_work=job.strategy == Strategy.multi_worker_mirrored,
+    )
