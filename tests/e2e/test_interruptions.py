@@ -93,3 +93,43 @@ def test_a_suspended_ps_job_frees_its_gpus_and_quota_and_resumes_at_the_next_ste
     lines = [line for line in cluster.logs(job_id, "chief:0") if line.startswith("epoch=")]
     assert lines[0].startswith(f"epoch={step // STEPS_PER_EPOCH + 1} "), lines[:3]
     wait_no_processes(job_id, server=cluster.url)
+
+
+def test_a_higher_priority_job_preempts_a_ps_job_which_resumes_from_the_checkpoint_then(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    epochs = 40
+    spec = ps_spec("preempted-ps", epochs, checkpoint={"every_epochs": 10})
+    spec["replicas"]["worker"]["gpus"] = 2  # both workers: all four GPUs of the cluster
+    low = cluster.submit(spec)["id"]
+    cluster.wait_for(
+        low,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(low, "chief:0")),
+        180,
+        "past its third epoch",
+    )
+
+    release = tmp_path / "release"
+    urgent = two_gpu_job("default", release) | {"name": "urgent", "priority": 10}
+    high = cluster.submit(urgent)["id"]
+    try:
+        cluster.wait_status(high, "running", timeout=120)
+        preempted = cluster.job(low)
+        assert preempted["status"] == "pending"
+        assert preempted["reason"] == "needs 4 GPUs on free hosts, cluster has 2 free"
+        event = [e for e in cluster.events(low) if e["data"].get("interruption")][-1]
+        assert event["message"].startswith(f"preempted by job {high} (urgent, priority 10)")
+        assert event["data"]["by"] == high and event["data"]["steps_lost"] == 0
+        step = event["data"]["step"]
+        assert step >= 3 * STEPS_PER_EPOCH
+    finally:
+        release.touch()
+    cluster.wait_status(high, "succeeded", timeout=60)
+
+    done = cluster.wait_status(low, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    checkpoints = cluster.http.get(f"/jobs/{low}/checkpoints", params={"include_deleted": True})
+    steps = [c["step"] for c in checkpoints.json() if c["trigger"] not in ("export",)]
+    assert step in steps
+    assert max(steps) == epochs * STEPS_PER_EPOCH  # no step lost, none run twice
+    wait_no_processes(low, server=cluster.url)
