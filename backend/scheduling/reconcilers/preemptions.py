@@ -6,6 +6,9 @@ first. One plan at a time: its victims are spoken for until it is placed or gone
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Protocol
+
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
@@ -16,15 +19,23 @@ from backend.jobs.models import Job
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.executors import PassHosts
-from backend.scheduling.interruptions import Interrupter
 from backend.scheduling.placement import TaskNeed
 from backend.scheduling.preemption import Candidate, HeldPlace, fits, plan_preemption
 from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
 
 
+class Interrupts(Protocol):
+    """What the pass asks of the interrupter (scheduling/interruptions.Interrupter)."""
+
+    @property
+    def in_flight(self) -> Mapping[int, object]: ...
+
+    def preempt(self, job_id: int, by_id: int) -> None: ...
+
+
 class Preemptions:
-    def __init__(self, *, view: ClusterView, settings: Settings, interrupter: Interrupter) -> None:
+    def __init__(self, *, view: ClusterView, settings: Settings, interrupter: Interrupts) -> None:
         self.view = view
         self.settings = settings
         self.interrupter = interrupter
