@@ -1538,6 +1538,11 @@ export interface components {
              */
             name: string;
             /**
+             * Preemptible
+             * @description Whether a pending job of higher priority that fits nowhere may interrupt this one to take its place (a checkpoint first; it then waits, pending, and no restart is counted); null: the server's STRATA_PREEMPTIBLE.
+             */
+            preemptible?: boolean | null;
+            /**
              * Priority
              * @description Higher is placed first.
              * @default 0
