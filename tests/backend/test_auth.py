@@ -15,6 +15,8 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/jobs"),
     ("GET", "/jobs/1"),
     ("POST", "/jobs/1/cancel"),
+    ("POST", "/jobs/1/suspend"),
+    ("POST", "/jobs/1/resume"),
     ("GET", "/jobs/1/events"),
     ("GET", "/jobs/1/tasks/chief:0/logs"),
     ("GET", "/jobs/1/metrics"),
