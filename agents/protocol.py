@@ -23,8 +23,8 @@ from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
 # 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage;
-# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping
-PROTOCOL_VERSION = 7
+# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping; 8: Leaving
+PROTOCOL_VERSION = 8
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -211,8 +211,17 @@ class TaskLogs(_Message):
     lines: list[str] = Field(max_length=MAX_LOG_BATCH)  # the server cuts over-long ones
 
 
+class Leaving(_Message):
+    """The agent was told to stop (SIGTERM: Slurm's requeue or preemption, a spot notice,
+    systemctl stop) and gives the server `notice_seconds` to checkpoint and move its tasks
+    before it stops them itself."""
+
+    type: Literal["leaving"] = "leaving"
+    notice_seconds: float = Field(ge=0, le=3600)
+
+
 AgentMessage = Annotated[
-    Hello | Heartbeat | TaskStarted | TaskExited | TaskLogs, Field(discriminator="type")
+    Hello | Heartbeat | TaskStarted | TaskExited | TaskLogs | Leaving, Field(discriminator="type")
 ]
 agent_message = TypeAdapter[AgentMessage](AgentMessage)
 

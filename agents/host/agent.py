@@ -21,7 +21,7 @@ from agents.host.ports import PortClaim, default_port_count
 from agents.host.supervisor import Supervisor
 from agents.host.usage import GpuSampler, UsageSampler
 from agents.host.warm_pool import WarmPool, default_memory_budget, default_size
-from agents.protocol import Device, Heartbeat, Hello
+from agents.protocol import Device, Heartbeat, Hello, Leaving
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ class AgentConfig:
     workspace: Path
     gpus: int | None = None  # simulated devices; None asks NVML
     stop_grace_seconds: float = 10.0
+    # After SIGTERM, how long the server may take to checkpoint and move this host's tasks
+    # (see Leaving) before the agent stops what is left itself.
+    notice_seconds: float = 20.0
     ca_file: str | None = None  # trusted for an https:// server, by the agent and its tasks
     state_dir: Path | None = None  # its identity and lock; None: default_state_dir(name)
     bundle_cache_bytes: int = DEFAULT_CACHE_BYTES  # unpacked code bundles kept (LRU)
@@ -139,6 +142,20 @@ class Agent:
             finished=self.supervisor.hello_finished(most=50),
         )
 
+    async def _give_notice(self) -> None:
+        """Tell the server this host is leaving, and wait (at most the notice) while it
+        checkpoints and stops the tasks here: stopped by it, they restart elsewhere as
+        interrupted, not failed."""
+        notice = self.config.notice_seconds
+        if notice <= 0 or not self.supervisor.running():
+            return
+        if not self._send(Leaving(notice_seconds=notice)):
+            return  # not connected: nobody to tell
+        log.info("agent %s leaving: %gs for the server to move its tasks", self.config.name, notice)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(notice):
+                await self.supervisor.wait_ended()
+
     async def run(self) -> None:
         """Run until SIGTERM or SIGINT, then stop every task before exiting."""
         stopping = asyncio.Event()
@@ -172,6 +189,7 @@ class Agent:
         done, _ = await asyncio.wait(
             [channel, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED
         )
+        await self._give_notice()
         log.info("agent %s stopping its tasks", self.config.name)
         await self.warm_pool.close()
         await self.supervisor.stop_all(self.config.stop_grace_seconds)

@@ -255,6 +255,11 @@ class Supervisor:
             )
             await process.stop(command.grace_seconds)
 
+    async def wait_ended(self) -> None:
+        """Until every attempt running now has ended (stopped by the server)."""
+        if self._watchers:
+            await asyncio.wait(list(self._watchers))
+
     async def stop_all(self, grace: float) -> None:
         await asyncio.gather(*(p.stop(grace) for p in list(self._tasks.values())))
         await asyncio.gather(*list(self._watchers), return_exceptions=True)

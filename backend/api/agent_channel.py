@@ -12,6 +12,7 @@ from agents.protocol import (
     PROTOCOL_VERSION,
     Heartbeat,
     Hello,
+    Leaving,
     LogsAck,
     Refused,
     RunningTask,
@@ -277,6 +278,8 @@ async def _dispatch(
     elif isinstance(message, TaskExited):
         tail = [log_line(line, max_line) for line in message.exit.log_tail]
         await reports.on_task_exited(host, message.exit.model_copy(update={"log_tail": tail}))
+    elif isinstance(message, Leaving):
+        await reports.on_leaving(host, message.notice_seconds)
     elif isinstance(message, TaskLogs):
         key = message.key
         if not await _owns(reports, connection, key):

@@ -120,6 +120,18 @@ def agent(
             show_default=False,
         ),
     ] = None,
+    notice: Annotated[
+        float,
+        typer.Option(
+            envvar="STRATA_AGENT_NOTICE",
+            min=0,
+            max=3600,
+            help="Seconds the server gets, after the agent is told to stop (SIGTERM), to "
+            "checkpoint this host's tasks and move them (an interruption, not a failure) "
+            "before the agent stops them itself; keep it under what the agent is given "
+            "before SIGKILL (Slurm's KillWait, or GraceTime with preemption). 0: none.",
+        ),
+    ] = 20.0,
     log_level: Annotated[
         str, typer.Option(help="How much the agent logs: " + ", ".join(AGENT_LOG_LEVELS) + ".")
     ] = "info",
@@ -158,6 +170,7 @@ def agent(
         state_dir=None if state_dir is None else state_dir.resolve(),
         bundle_cache_bytes=cache_bytes,
         warm_pool=warm_pool,
+        notice_seconds=notice,
         warm_pool_memory=None
         if warm_pool_memory is None
         else parse_warm_pool_memory(warm_pool_memory),

@@ -38,6 +38,9 @@ from backend.scheduling.native import RESEND_SECONDS
 from backend.scheduling.start_reports import apply_reported_starts
 from backend.scheduling.transaction import Transaction
 
+# Of an agent's notice, left for stopping the tasks once their checkpoints are written.
+NOTICE_MARGIN_SECONDS = 5.0
+
 
 class AgentReports:
     def __init__(self, *, controller: Controller, hub: AgentHub) -> None:
@@ -173,6 +176,21 @@ class AgentReports:
         # the start is applied would take the task for one that has already gone.
         self.view.to_compare.pop(host_name, None)
         self.controller.wake()
+
+    async def on_leaving(self, host_name: str, notice_seconds: float) -> None:
+        """The host's agent is stopping in `notice_seconds`: nothing new goes there, and each
+        job with tasks there is interrupted (checkpointed, then placed again elsewhere)
+        before the agent stops them itself, a little before its notice is up."""
+
+        async def change(tx: Transaction) -> list[int]:
+            tx.agents.leaving(host_name)
+            return await task_events.jobs_on(tx.session, host_name)
+
+        jobs, tx = await self.controller.committed("agent", change)
+        self.controller.send(tx.outbox)
+        deadline = max(1.0, notice_seconds - NOTICE_MARGIN_SECONDS)
+        for job_id in jobs:
+            self.controller.interrupter.vacate(job_id, host_name, deadline)
 
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
         """An attempt ended on that host: applied at once, not by the next pass."""

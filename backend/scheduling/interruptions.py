@@ -23,10 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from backend.checkpoints.service import checkpoint_writer, get_checkpoint
 from backend.errors import Conflict, NotFound
+from backend.hosts.models import Host
 from backend.jobs import queries
 from backend.jobs.actions import suspend_refusal
-from backend.jobs.models import Job, JobClient
-from backend.jobs.states import JobStatus
+from backend.jobs.models import Job, JobClient, Task
+from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.restarts import unplace_tasks
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -38,6 +39,8 @@ log = logging.getLogger("strata.scheduling")
 DEFAULT_DEADLINE_SECONDS = 60.0
 # The writer holds its training this long past the deadline: time for the server to stop it.
 HOLD_MARGIN_SECONDS = 30.0
+# A job in these statuses has tasks a leaving host may hold.
+VACATABLE = frozenset({JobStatus.scheduled, JobStatus.running, JobStatus.restarting})
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,40 @@ async def preempt(tx: Transaction, *, job_id: int, by_id: int, point: ResumePoin
     return True
 
 
+async def vacate(tx: Transaction, *, job_id: int, host: str, point: ResumePoint) -> bool:
+    """Send a job with tasks on a leaving host back to the queue, to be placed elsewhere (a
+    Slurm job: when Slurm runs it again). False, with nothing changed, when none of its
+    tasks is live there any more (they ended first: their exits were applied)."""
+    job = await tx.session.get(Job, job_id)
+    if job is None or job.status not in VACATABLE:
+        return False
+    tasks = await tx.session.scalars(
+        select(Task)
+        .join(Host, Task.host_id == Host.id)
+        .where(Task.job_id == job_id, Host.name == host, Task.status.in_(LIVE_TASK_STATUSES))
+    )
+    if tasks.first() is None:
+        return False
+    lost = await steps_lost(tx.session, job_id, point)
+    reason = (
+        f"{host} is leaving (its agent was told to stop); resumes from "
+        f"{point.describe()}{_lost_words(lost)}"
+    )
+    await transition_job(
+        session=tx.session,
+        job=job,
+        to=JobStatus.pending,
+        reason=reason,
+        data={"interruption": "notice", "host": host, **point.data(), "steps_lost": lost},
+    )
+    await unplace_tasks(tx=tx, job=job, reason=reason, failure=False)
+    tx.observe(lambda metrics: metrics.interruptions.labels(cause="notice").inc())
+    return True
+
+
 Apply = Callable[[Callable[[Transaction], Awaitable[bool]]], Awaitable[bool]]
+# An interruption's change once its checkpoint is known: preempt or vacate, less job and point.
+Interruption = Callable[..., Awaitable[bool]]
 
 
 class Interrupter:
@@ -202,23 +238,31 @@ class Interrupter:
         self.in_flight: dict[int, asyncio.Task[None]] = {}  # by the interrupted job's id
 
     def preempt(self, job_id: int, by_id: int) -> None:
+        """Interrupt the job for a pending one of higher priority."""
+        self._interrupt(job_id, functools.partial(preempt, by_id=by_id), self.deadline)
+
+    def vacate(self, job_id: int, host: str, deadline: float) -> None:
+        """Interrupt the job because a host it runs on is leaving within `deadline`."""
+        self._interrupt(job_id, functools.partial(vacate, host=host), deadline)
+
+    def _interrupt(self, job_id: int, change: Interruption, deadline: float) -> None:
         if job_id in self.in_flight:
             return
         task = asyncio.get_running_loop().create_task(
-            self._preempt(job_id, by_id), name=f"preempt job {job_id}"
+            self._run(job_id, change, deadline), name=f"interrupt job {job_id}"
         )
         self.in_flight[job_id] = task
         task.add_done_callback(lambda _: self.in_flight.pop(job_id, None))
 
-    async def _preempt(self, job_id: int, by_id: int) -> None:
+    async def _run(self, job_id: int, change: Interruption, deadline: float) -> None:
         try:
             async with self.sessions() as session:
                 point = await take_checkpoint(
-                    session=session, links=self.links, job_id=job_id, deadline=self.deadline
+                    session=session, links=self.links, job_id=job_id, deadline=deadline
                 )
-            await self.apply(functools.partial(preempt, job_id=job_id, by_id=by_id, point=point))
+            await self.apply(functools.partial(change, job_id=job_id, point=point))
         except Exception:
-            log.exception("preempting job %d for job %d failed", job_id, by_id)
+            log.exception("interrupting job %d failed", job_id)
 
     async def close(self) -> None:
         for task in list(self.in_flight.values()):

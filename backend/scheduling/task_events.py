@@ -223,6 +223,22 @@ def allocation_ending(tx: Transaction, host: Host, job: Job, exit: TaskExit) -> 
     return exit.agent_stopping and tx.agents.bound_job(host.name) == job.id
 
 
+async def jobs_on(session: AsyncSession, host_name: str) -> list[int]:
+    """The unfinished jobs with live tasks on that host."""
+    rows = await session.scalars(
+        select(Task.job_id)
+        .join(Host, Task.host_id == Host.id)
+        .join(Job, Task.job_id == Job.id)
+        .where(
+            Host.name == host_name,
+            Task.status.in_(LIVE_TASK_STATUSES),
+            Job.status.in_(ACTIVE_JOB_STATUSES),
+        )
+        .distinct()
+    )
+    return sorted(rows)
+
+
 async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:
     """Its tasks cannot keep their addresses: mark them lost; re-place or end their jobs."""
     session = tx.session

@@ -1,17 +1,20 @@
-"""Suspend and resume on real TensorFlow processes (`strata up`, two agents of two simulated
-GPUs): a parameter_server job's chief backs up and checkpoints at its next step and holds;
-the job's GPUs and its project's quota go to another job; resumed, it goes on at the next
-step, with no restart counted."""
+"""Interruptions on real TensorFlow processes (`strata up`, agents of two simulated GPUs):
+suspend and resume, a preemption by a job of higher priority, and an agent's notice that it
+is leaving. Each time the checkpoint writer backs up and checkpoints at its next step and
+holds; the job goes on elsewhere or later at the next step, with no restart counted."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.e2e.test_checkpoints import ps_spec
+from tests.e2e.test_checkpoints import EXAMPLES, ps_spec
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 
 pytestmark = pytest.mark.e2e
@@ -133,3 +136,54 @@ def test_a_higher_priority_job_preempts_a_ps_job_which_resumes_from_the_checkpoi
     assert step in steps
     assert max(steps) == epochs * STEPS_PER_EPOCH  # no step lost, none run twice
     wait_no_processes(low, server=cluster.url)
+
+
+@pytest.fixture(scope="module")
+def one_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with local_cluster(tmp_path_factory.mktemp("notice") / "data", agents=1) as running:
+        try:
+            yield running
+        finally:
+            running.stop_extra_agents()
+
+
+def test_an_agent_told_to_stop_gives_notice_and_its_job_moves_with_nothing_lost(
+    one_agent: Cluster,
+) -> None:
+    cluster = one_agent
+    epochs = 40
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mirrored.yaml").read_text())
+    spec["name"] = "moved-by-notice"
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
+    spec["checkpoint"] = {"every_epochs": 10}
+    job_id = cluster.submit(spec)["id"]
+    cluster.wait_for(
+        job_id,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "chief:0")),
+        180,
+        "past its third epoch",
+    )
+    cluster.start_agent("spare", gpus=2, ports="23000-23099")
+    cluster.wait_host("spare", "online")
+    (leaving,) = cluster.agent_pids()  # local-0, where the job runs
+    os.kill(leaving, signal.SIGTERM)
+
+    moved = cluster.wait_for(
+        job_id,
+        lambda j: j["status"] == "running" and j["tasks"][0]["host"] == "spare",
+        120,
+        "running again on the spare host",
+    )
+    assert (moved["restart_count"], moved["failure_count"]) == (0, 0)
+    event = [e for e in cluster.events(job_id) if e["data"].get("interruption")][-1]
+    assert event["message"].startswith("local-0 is leaving (its agent was told to stop)")
+    assert (event["data"]["host"], event["data"]["steps_lost"]) == ("local-0", 0)
+    step = event["data"]["step"]
+    assert step >= 3 * STEPS_PER_EPOCH
+
+    done = cluster.wait_status(job_id, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
+    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert step in steps and max(steps) == epochs * STEPS_PER_EPOCH
+    wait_no_processes(job_id, server=cluster.url)

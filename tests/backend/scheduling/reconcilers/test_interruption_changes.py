@@ -1,0 +1,63 @@
+"""The changes an interruption applies once its checkpoint is known (vacate, preempt):
+each sends the job back to the queue with no restart counted, and none applies to a job
+that has moved on meanwhile."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from agents.protocol import StopTask
+from backend.jobs.states import JobStatus
+from backend.scheduling.interruptions import ResumePoint, preempt, vacate
+from backend.scheduling.transaction import Transaction
+from tests.backend.scheduling.reconcilers.conftest import World
+
+CHECKPOINTED = ResumePoint("chief:0", 0, "ckpt-3", 60)
+
+
+async def applied(world: World, change: Callable[[Transaction], Awaitable[bool]]) -> bool:
+    async with world.sessions() as session:
+        tx = Transaction(session=session, executors=world.executors)
+        done = await change(tx)
+        await session.commit()
+    world.agents.send(tx.outbox)
+    return done
+
+
+async def test_a_job_on_a_leaving_host_goes_back_to_the_queue_and_its_tasks_are_stopped(
+    world: World,
+) -> None:
+    await world.host("host-a", gpus=2)
+    job = await world.running("mirrored")
+    elsewhere = await applied(
+        world, lambda tx: vacate(tx, job_id=job.id, host="host-b", point=CHECKPOINTED)
+    )
+    assert not elsewhere  # none of its tasks is there
+    assert await applied(
+        world, lambda tx: vacate(tx, job_id=job.id, host="host-a", point=CHECKPOINTED)
+    )
+    moved = await world.load(job.id)
+    assert moved.status is JobStatus.pending
+    assert moved.reason == (
+        "host-a is leaving (its agent was told to stop); resumes from checkpoint ckpt-3 at "
+        "step 60 (0 steps lost)"
+    )
+    assert (moved.restart_count, moved.failure_count) == (0, 0)
+    assert [(t.status.value, t.attempt, t.host_id) for t in moved.tasks] == [("pending", 1, None)]
+    stops = [(host, m.key.attempt) for host, m in world.hub.sent if isinstance(m, StopTask)]
+    assert stops == [("host-a", 0)]
+    # Applied twice (a second notice): nothing more happens.
+    assert not await applied(
+        world, lambda tx: vacate(tx, job_id=job.id, host="host-a", point=CHECKPOINTED)
+    )
+
+
+async def test_no_preemption_for_a_job_that_is_no_longer_pending(world: World) -> None:
+    await world.host("host-a", gpus=2)
+    low = await world.running("mirrored")
+    high = await world.job("mirrored", priority=5)
+    await world.set_job_status(high, JobStatus.cancelled)
+    assert not await applied(
+        world, lambda tx: preempt(tx, job_id=low.id, by_id=high, point=CHECKPOINTED)
+    )
+    assert (await world.load(low.id)).status is JobStatus.running
