@@ -70,14 +70,15 @@ class ServerMetrics:
         self.restarts = Counter(
             "strata_restarts",
             "Restarts decided, by cause: task_failed (an exit code), task_killed (a signal, or "
-            "128+N), over_memory_limit, start_failed, host_lost, requested, allocation_ended "
-            "(a Slurm allocation's agents stopping: a requeue).",
+            "128+N), over_memory_limit, start_failed, host_lost, requested.",
             ["cause"],
             registry=registry,
         )
         self.interruptions = Counter(
             "strata_interruptions",
-            "Jobs interrupted on purpose (a checkpoint, then their tasks stop), by cause: suspend.",
+            "Jobs interrupted on purpose (their tasks stop, after a checkpoint where one can "
+            "be taken), by cause: suspend, preemption, notice (an agent leaving), "
+            "allocation_ended (a Slurm allocation's agents stopping: a requeue).",
             ["cause"],
             registry=registry,
         )

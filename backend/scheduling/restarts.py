@@ -176,13 +176,14 @@ async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision
 async def after_allocation_ended(*, tx: Transaction, job: Job, reason: str) -> None:
     """The agents of the job's Slurm allocation are stopping: a requeue (or the Slurm job's
     end, which the Slurm backend then ends the job for). The job waits for its allocation
-    to come back and is placed there again, a restart that is no failure."""
+    to come back and is placed there again: an interruption, neither a failure nor a
+    restart, whose tasks resume from their backup."""
     if job.status is JobStatus.pending:
         return  # sent back already (by an exit from another of the allocation's agents)
-    await replace_job(
-        tx=tx, job=job, reason=f"{reason}; waiting for Slurm to run it again", failure=False
-    )
-    tx.observe(lambda metrics: metrics.restarts.labels(cause="allocation_ended").inc())
+    reason = f"{reason}; waiting for Slurm to run it again"
+    await transition_job(session=tx.session, job=job, to=JobStatus.pending, reason=reason)
+    await unplace_tasks(tx=tx, job=job, reason=reason, failure=False)
+    tx.observe(lambda metrics: metrics.interruptions.labels(cause="allocation_ended").inc())
 
 
 async def request_job_restart(tx: Transaction, *, job_id: int) -> None:
