@@ -267,7 +267,18 @@ class Settings(BaseSettings):
     slurm_agent_command: str = Field(
         default="strata agent",
         description="The command that starts an agent on a compute node (split like a shell "
-        "would, never run by one); the batch script adds --server, --name and --gpus.",
+        "would, never run by one); the batch script adds --server, --name, --gpus and "
+        "--notice.",
+    )
+    slurm_agent_notice_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="The --notice of the agents a Slurm job starts: how long, once Slurm "
+        "signals them (a requeue, a preemption), the server gets to checkpoint and move their "
+        "tasks. Slurm kills what is left KillWait (or, with preemption, GraceTime) seconds "
+        "after its SIGTERM: set this a few seconds under that; 0 (the default) stops the "
+        "tasks at once, to resume from their last backup.",
     )
 
     @field_validator("log_level", mode="before")

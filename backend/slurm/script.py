@@ -133,7 +133,13 @@ def batch_script(*, settings: Settings, job_id: int, server_url: str) -> str:
     one without (a test cluster's device files) it declares SLURM_GPUS_ON_NODE simulated ones,
     with the allocation's indices.
     """
-    argv = [*shlex.split(settings.slurm_agent_command), "--server", server_url]
+    argv = [
+        *shlex.split(settings.slurm_agent_command),
+        "--server",
+        server_url,
+        "--notice",
+        f"{settings.slurm_agent_notice_seconds:g}",
+    ]
     node_name = f"{settings.slurm_job_prefix}-{job_id}-$SLURMD_NODENAME"
     per_node = shlex.quote(
         f'if command -v nvidia-smi >/dev/null; then exec "$@" --name "{node_name}"; fi; '

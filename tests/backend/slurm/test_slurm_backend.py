@@ -73,9 +73,11 @@ async def test_a_job_becomes_one_slurm_job_with_an_agent_per_node(server: SlurmS
         time.sleep(0.1)
     for node in ("n1", "n2"):
         args = (server.agents_dir / f"{node}.args").read_text().split("\n")
-        assert args[:6] == [
+        assert args[:8] == [
             "--server",
             "http://127.0.0.1:8000",
+            "--notice",
+            "0",  # no notice by default: Slurm's KillWait may be shorter than any
             "--name",
             f"{server.name(job_id)}-{node}",
             "--gpus",

@@ -144,6 +144,8 @@ def test_the_batch_script_starts_one_agent_per_node_and_holds_no_secret() -> Non
         "debug",
         "--server",
         "https://strata:8443",
+        "--notice",
+        "0",
     ]
     assert "sa." not in script and "STRATA_AGENT_TOKEN=" not in script
 
