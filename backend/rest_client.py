@@ -279,6 +279,17 @@ class StrataClient:
     def forget_host(self, name: str) -> HostRead:
         return self._request("DELETE", f"/hosts/{name}", _HOST)
 
+    def drain_host(self, name: str, *, deadline_seconds: float = 600.0) -> HostRead:
+        return self._request(
+            "POST",
+            f"/hosts/{name}/drain",
+            _HOST,
+            params={"deadline_seconds": deadline_seconds},
+        )
+
+    def undrain_host(self, name: str) -> HostRead:
+        return self._request("DELETE", f"/hosts/{name}/drain", _HOST)
+
 
 # What each route answers (its response_model), read straight from the JSON.
 _JOB = TypeAdapter(JobRead)

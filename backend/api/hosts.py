@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
 from backend.api.audit import ClientSource
 from backend.api.deps import (
@@ -12,6 +12,7 @@ from backend.api.deps import (
     AgentReportsDep,
     CallerAccess,
     ClusterBoardDep,
+    ControllerDep,
     SessionDep,
     SessionsDep,
     SignedInPrincipal,
@@ -24,6 +25,7 @@ from backend.cluster.schemas import ClusterRead
 from backend.cluster.visibility import hide_other_projects
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts.schemas import HostRead
+from backend.scheduling.task_events import jobs_on
 from backend.scheduling.transaction import Transaction
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
@@ -35,9 +37,78 @@ HostName = Annotated[
 
 @router.get("/hosts", response_model=list[HostRead])
 async def list_hosts(session: SessionDep, usage: UsageDep, _: SignedInPrincipal) -> list[HostRead]:
-    """Every host that has joined, with its devices (and their last usage) and heartbeat age."""
-    hosts = [service.host_read(host) for host in await service.list_hosts(session=session)]
+    """Every host that has joined, with its devices (and their last usage), heartbeat age,
+    whether it is drained, and how many tasks it holds."""
+    live = await service.live_tasks_by_host(session=session)
+    hosts = [
+        service.host_read(host, live.get(host.id, 0))
+        for host in await service.list_hosts(session=session)
+    ]
     return usage.annotate_hosts(hosts)
+
+
+@router.post("/hosts/{name}/drain", response_model=HostRead, responses=error_responses(404))
+async def drain_host(
+    name: HostName,
+    controller: ControllerDep,
+    principal: AdminPrincipal,
+    source: ClientSource,
+    deadline_seconds: Annotated[
+        float,
+        Query(
+            gt=0,
+            le=86400,
+            description="How long the jobs there may take to checkpoint before they are "
+            "moved anyway (each waits at most STRATA_INTERRUPTION_DEADLINE_SECONDS).",
+        ),
+    ] = 600.0,
+) -> HostRead:
+    """Take a host out of service: it takes no new task, and every job running there is
+    moved off by the interruption path (a checkpoint, then its tasks there, and those
+    TensorFlow needs restarted with them, are placed elsewhere; no restart is counted). The
+    drain is complete when its `live_tasks` is 0."""
+
+    async def change(tx: Transaction) -> tuple[HostRead, list[int]]:
+        host = await service.set_draining(session=tx.session, name=name, draining=True)
+        await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.host_drain,
+            target=f"host {name}",
+        )
+        jobs = await jobs_on(tx.session, name)
+        live = await service.live_tasks_by_host(session=tx.session)
+        return service.host_read(host, live.get(host.id, 0)), jobs
+
+    host, jobs = await controller.apply(change)
+    deadline = min(deadline_seconds, controller.settings.interruption_deadline_seconds)
+    for job_id in jobs:
+        controller.interrupter.vacate(
+            job_id, name, deadline, why=f"{name} is being drained", cause="drain"
+        )
+    return host
+
+
+@router.delete("/hosts/{name}/drain", response_model=HostRead, responses=error_responses(404))
+async def undrain_host(
+    name: HostName, controller: ControllerDep, principal: AdminPrincipal, source: ClientSource
+) -> HostRead:
+    """Put a drained host back in service: it takes tasks again."""
+
+    async def change(tx: Transaction) -> HostRead:
+        host = await service.set_draining(session=tx.session, name=name, draining=False)
+        await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.host_undrain,
+            target=f"host {name}",
+        )
+        live = await service.live_tasks_by_host(session=tx.session)
+        return service.host_read(host, live.get(host.id, 0))
+
+    return await controller.apply(change)
 
 
 @router.delete("/hosts/{name}", response_model=HostRead, responses=error_responses(404, 409))

@@ -26,3 +26,5 @@ class AuditAction(StrEnum):
     member_remove = "member.remove"
     quota_set = "quota.set"
     host_forget = "host.forget"
+    host_drain = "host.drain"
+    host_undrain = "host.undrain"

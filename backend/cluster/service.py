@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
@@ -137,7 +137,31 @@ async def list_hosts(*, session: AsyncSession) -> list[Host]:
     return list(result)
 
 
-def host_read(host: Host) -> HostRead:
+async def live_tasks_by_host(*, session: AsyncSession) -> dict[int, int]:
+    rows = await session.execute(
+        select(Task.host_id, func.count())
+        .where(Task.status.in_(LIVE_TASK_STATUSES), Task.host_id.is_not(None))
+        .group_by(Task.host_id)
+    )
+    return {host_id: count for host_id, count in rows if host_id is not None}
+
+
+async def set_draining(*, session: AsyncSession, name: str, draining: bool) -> Host:
+    """Drain the host (it takes no new task) or put it back in service."""
+    host = await session.scalar(
+        select(Host).where(Host.name == name).options(selectinload(Host.devices))
+    )
+    if host is None:
+        raise NotFound(f"host {name} does not exist")
+    if not draining:
+        host.draining_since = None
+    elif host.draining_since is None:
+        host.draining_since = utcnow()
+    await session.flush()
+    return host
+
+
+def host_read(host: Host, live_tasks: int = 0) -> HostRead:
     return HostRead(
         name=host.name,
         address=host.address,
@@ -149,6 +173,8 @@ def host_read(host: Host) -> HostRead:
         registered_at=host.registered_at,
         last_heartbeat_at=host.last_heartbeat_at,
         heartbeat_age_seconds=_age(host),
+        draining_since=host.draining_since,
+        live_tasks=live_tasks,
     )
 
 

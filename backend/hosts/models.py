@@ -33,6 +33,8 @@ class Host(Base):
     engine: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Since when it is drained: it takes no new task, and what runs there is moved off.
+    draining_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     devices: Mapped[list[Device]] = relationship(
         back_populates="host", cascade="all, delete-orphan", order_by="Device.index"

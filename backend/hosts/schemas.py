@@ -58,3 +58,11 @@ class HostRead(BaseModel):
     registered_at: datetime
     last_heartbeat_at: datetime
     heartbeat_age_seconds: float
+    draining_since: datetime | None = Field(
+        default=None,
+        description="Since when it is drained (POST /hosts/{name}/drain): it takes no new "
+        "task, and what ran there is moved off; null: it is in service.",
+    )
+    live_tasks: int = Field(
+        default=0, description="Task attempts placed on it that have not ended (what is left)."
+    )

@@ -190,7 +190,13 @@ class AgentReports:
         self.controller.send(tx.outbox)
         deadline = max(1.0, notice_seconds - NOTICE_MARGIN_SECONDS)
         for job_id in jobs:
-            self.controller.interrupter.vacate(job_id, host_name, deadline)
+            self.controller.interrupter.vacate(
+                job_id,
+                host_name,
+                deadline,
+                why=f"{host_name} is leaving (its agent was told to stop)",
+                cause="notice",
+            )
 
     async def on_task_exited(self, host_name: str, exit: TaskExit) -> None:
         """An attempt ended on that host: applied at once, not by the next pass."""

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from agents.vocabulary import Role, Strategy
 from backend.checkpoints.service import checkpoint_writer, get_checkpoint
 from backend.errors import Conflict, NotFound
 from backend.hosts.models import Host
@@ -29,7 +30,7 @@ from backend.jobs.actions import suspend_refusal
 from backend.jobs.models import Job, JobClient, Task
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus
 from backend.scheduling.lifecycle import transition_job
-from backend.scheduling.restarts import unplace_tasks
+from backend.scheduling.restarts import unplace_task, unplace_tasks
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.scheduling.transaction import Transaction
 from backend.streams.models import MetricPoint
@@ -182,34 +183,62 @@ async def preempt(tx: Transaction, *, job_id: int, by_id: int, point: ResumePoin
     return True
 
 
-async def vacate(tx: Transaction, *, job_id: int, host: str, point: ResumePoint) -> bool:
-    """Send a job with tasks on a leaving host back to the queue, to be placed elsewhere (a
-    Slurm job: when Slurm runs it again). False, with nothing changed, when none of its
-    tasks is live there any more (they ended first: their exits were applied)."""
+def tasks_to_move(
+    strategy: str, coordinator: str, on_host: list[Task], tasks: list[Task]
+) -> list[Task]:
+    """Which of a job's tasks move when a host they run on goes: under parameter_server,
+    when only workers (or the evaluator) are there, those and the chief, which TensorFlow
+    connects to its workers once, at start (the ps keep serving); else all of them."""
+    roles = {task.role for task in on_host}
+    if roles <= {Role.evaluator}:
+        return on_host
+    workers_only = roles <= {Role.worker, Role.evaluator}
+    if strategy == Strategy.parameter_server and coordinator == "chief" and workers_only:
+        chief = [t for t in tasks if t.role == Role.chief and t not in on_host]
+        return [*on_host, *chief]
+    return [t for t in tasks if t.role != Role.evaluator or t.status in LIVE_TASK_STATUSES]
+
+
+async def vacate(
+    tx: Transaction,
+    *,
+    job_id: int,
+    host: str,
+    point: ResumePoint,
+    why: str,
+    cause: str,
+) -> bool:
+    """Move a job's tasks off a host that goes (drained, or its agent leaving): they and
+    what TensorFlow needs restarted with them (`tasks_to_move`) wait for new places, the job
+    pending meanwhile. False, with nothing changed, when none of its tasks is live there any
+    more (they ended first: their exits were applied)."""
     job = await tx.session.get(Job, job_id)
     if job is None or job.status not in VACATABLE:
         return False
-    tasks = await tx.session.scalars(
-        select(Task)
-        .join(Host, Task.host_id == Host.id)
-        .where(Task.job_id == job_id, Host.name == host, Task.status.in_(LIVE_TASK_STATUSES))
-    )
-    if tasks.first() is None:
+    tasks = list(await tx.session.scalars(select(Task).where(Task.job_id == job_id)))
+    host_id = await tx.session.scalar(select(Host.id).where(Host.name == host))
+    on_host = [t for t in tasks if t.host_id == host_id and t.status in LIVE_TASK_STATUSES]
+    if not on_host:
         return False
     lost = await steps_lost(tx.session, job_id, point)
-    reason = (
-        f"{host} is leaving (its agent was told to stop); resumes from "
-        f"{point.describe()}{_lost_words(lost)}"
-    )
+    reason = f"{why}; resumes from {point.describe()}{_lost_words(lost)}"
+    moving = tasks_to_move(job.strategy, job.job_spec.coordinator, on_host, tasks)
     await transition_job(
         session=tx.session,
         job=job,
         to=JobStatus.pending,
         reason=reason,
-        data={"interruption": "notice", "host": host, **point.data(), "steps_lost": lost},
+        data={
+            "interruption": cause,
+            "host": host,
+            "moved": sorted(t.name for t in moving),
+            **point.data(),
+            "steps_lost": lost,
+        },
     )
-    await unplace_tasks(tx=tx, job=job, reason=reason, failure=False)
-    tx.observe(lambda metrics: metrics.interruptions.labels(cause="notice").inc())
+    for task in moving:
+        unplace_task(tx=tx, task=task, reason=reason, failure=False)
+    tx.observe(lambda metrics: metrics.interruptions.labels(cause=cause).inc())
     return True
 
 
@@ -241,9 +270,10 @@ class Interrupter:
         """Interrupt the job for a pending one of higher priority."""
         self._interrupt(job_id, functools.partial(preempt, by_id=by_id), self.deadline)
 
-    def vacate(self, job_id: int, host: str, deadline: float) -> None:
-        """Interrupt the job because a host it runs on is leaving within `deadline`."""
-        self._interrupt(job_id, functools.partial(vacate, host=host), deadline)
+    def vacate(self, job_id: int, host: str, deadline: float, *, why: str, cause: str) -> None:
+        """Move the job's tasks off a host that goes (within `deadline`)."""
+        change = functools.partial(vacate, host=host, why=why, cause=cause)
+        self._interrupt(job_id, change, deadline)
 
     def _interrupt(self, job_id: int, change: Interruption, deadline: float) -> None:
         if job_id in self.in_flight:

@@ -146,7 +146,7 @@ class NativeAgents:
                     Host.port_range_start,
                     Host.port_range_end,
                     Host.engine,
-                ).where(Host.status == HostStatus.online)
+                ).where(Host.status == HostStatus.online, Host.draining_since.is_(None))
             )
             if self.hub.takes_tasks(row.name)
         ]

@@ -145,14 +145,21 @@ async def unplace_tasks(
     for task in await tx.session.scalars(select(Task).where(Task.job_id == job.id)):
         if task.role == Role.evaluator and task.status not in LIVE_TASK_STATUSES:
             continue  # a stopped sidecar evaluator is started again only by request
-        if task.status in LIVE_TASK_STATUSES and task.host is not None:
-            tx.stop(task.host.name, task.key, reason, force=True)
-        task.attempt += 1
-        task.failure_count = 0 if fresh_budget else task.failure_count + int(failure)
-        task.status = TaskStatus.pending
-        task.host_id = task.port = task.pid = task.exit_code = None
-        task.gpu_indices, task.tf_config = [], None
-        task.started_at = task.finished_at = task.restart_after = None
+        unplace_task(tx=tx, task=task, reason=reason, failure=failure, fresh_budget=fresh_budget)
+
+
+def unplace_task(
+    *, tx: Transaction, task: Task, reason: str, failure: bool, fresh_budget: bool = False
+) -> None:
+    """Stop the task if it runs; its next attempt waits for a place (any host, port, GPUs)."""
+    if task.status in LIVE_TASK_STATUSES and task.host is not None:
+        tx.stop(task.host.name, task.key, reason, force=True)
+    task.attempt += 1
+    task.failure_count = 0 if fresh_budget else task.failure_count + int(failure)
+    task.status = TaskStatus.pending
+    task.host_id = task.port = task.pid = task.exit_code = None
+    task.gpu_indices, task.tf_config = [], None
+    task.started_at = task.finished_at = task.restart_after = None
 
 
 async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision:

@@ -187,3 +187,94 @@ def test_an_agent_told_to_stop_gives_notice_and_its_job_moves_with_nothing_lost(
     steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
     assert step in steps and max(steps) == epochs * STEPS_PER_EPOCH
     wait_no_processes(job_id, server=cluster.url)
+
+
+@pytest.fixture(scope="module")
+def gpu_and_cpu_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """local-0 with two GPUs, and cpu-0 with none: a PS job's workers go to the first, its
+    chief and ps to the second."""
+    with local_cluster(tmp_path_factory.mktemp("drain") / "data", agents=1) as running:
+        try:
+            running.start_agent("cpu-0", gpus=0, ports="23100-23199")
+            running.wait_host("cpu-0", "online")
+            yield running
+        finally:
+            running.stop_extra_agents()
+
+
+def placed(job: dict[str, Any]) -> dict[str, tuple[str | None, int]]:
+    return {t["name"]: (t["host"], t["attempt"]) for t in job["tasks"]}
+
+
+def test_a_drained_host_s_workers_move_and_the_ps_serves_on(gpu_and_cpu_hosts: Cluster) -> None:
+    cluster = gpu_and_cpu_hosts
+    epochs = 40
+    job_id = cluster.submit(ps_spec("drained-workers", epochs, checkpoint={"every_epochs": 10}))[
+        "id"
+    ]
+    running = cluster.wait_for(
+        job_id,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "chief:0")),
+        180,
+        "past its third epoch",
+    )
+    assert placed(running) == {
+        "chief:0": ("cpu-0", 0),
+        "ps:0": ("cpu-0", 0),
+        "worker:0": ("local-0", 0),
+        "worker:1": ("local-0", 0),
+    }
+    ps_pid = next(t["pid"] for t in running["tasks"] if t["name"] == "ps:0")
+    cluster.start_agent("spare", gpus=2, ports="23200-23299")
+    cluster.wait_host("spare", "online")
+
+    drained = cluster.http.post("/hosts/local-0/drain", params={"deadline_seconds": 120})
+    assert drained.status_code == 200, drained.text
+    assert drained.json()["draining_since"] is not None
+    moved = cluster.wait_for(
+        job_id,
+        lambda j: j["status"] == "running" and placed(j)["worker:0"][0] == "spare",
+        120,
+        "running again with its workers on the spare host",
+    )
+    assert placed(moved)["ps:0"] == ("cpu-0", 0)  # the ps was not restarted
+    assert next(t["pid"] for t in moved["tasks"] if t["name"] == "ps:0") == ps_pid
+    assert placed(moved)["chief:0"][1] == 1  # restarted to reach its workers' new addresses
+    assert (moved["restart_count"], moved["failure_count"]) == (0, 0)
+    event = [e for e in cluster.events(job_id) if e["data"].get("interruption")][-1]
+    assert event["message"].startswith("local-0 is being drained; resumes from checkpoint ")
+    assert event["data"]["moved"] == ["chief:0", "worker:0", "worker:1"]
+    step = event["data"]["step"]
+
+    def local_0() -> dict[str, Any]:
+        found: dict[str, Any] = next(
+            h for h in cluster.http.get("/hosts").json() if h["name"] == "local-0"
+        )
+        return found
+
+    # Drained once nothing of it is left there; it takes no new task until undrained.
+    cluster.wait_for(job_id, lambda _: local_0()["live_tasks"] == 0, 30, "local-0 drained")
+    release = cluster.data_dir / "release-after-drain"
+    waiting = cluster.submit(
+        {
+            "name": "only-fits-on-local-0",
+            "strategy": "mirrored",
+            "entrypoint": ["python", "-c", UNTIL, str(release)],
+            "replicas": {"chief": {"count": 1, "gpus": 2}},
+            "restart": {"policy": "never"},
+        }
+    )["id"]
+    try:
+        assert cluster.job(waiting)["status"] == "pending"
+        assert cluster.http.delete("/hosts/local-0/drain").json()["draining_since"] is None
+        assert cluster.wait_status(waiting, "running", timeout=60)["tasks"][0]["host"] == "local-0"
+    finally:
+        release.touch()
+    cluster.wait_status(waiting, "succeeded", timeout=60)
+
+    done = cluster.wait_status(job_id, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
+    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert step in steps and max(steps) == epochs * STEPS_PER_EPOCH  # no epoch lost
+    wait_no_processes(job_id, server=cluster.url)

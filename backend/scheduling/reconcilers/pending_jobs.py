@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
+from agents.vocabulary import Role
 from backend.db import utcnow
 from backend.jobs.models import Job, Task
 from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
@@ -120,7 +121,8 @@ class PendingJobs:
         usable = executor.hosts_for(job.id, spec, hosts)
         if usable is None:
             return False
-        # Every training task is pending here; a stopped evaluator stays stopped.
+        # Its pending tasks: all of them, or those moved off a host (a stopped evaluator stays
+        # stopped).
         waiting = [t for t in job.tasks if t.status is TaskStatus.pending]
         needs = [TaskNeed(t.role, t.index, spec.replicas.of(t.role).gpus) for t in waiting]
         # Project quotas hold the jobs of executors without limits of their own.
@@ -137,7 +139,10 @@ class PendingJobs:
             job.reason = slots.reason
             view.preempting.pop(job.id, None)  # its room went elsewhere: plan again
             return False
-        addresses = {key: f"{slot.address}:{slot.port}" for key, slot in slots.items()}
+        # Tasks that stay where they run (the ps of a job whose workers moved) keep their
+        # addresses: the cluster is the whole job's.
+        addresses = {key: address for key, address in staying_addresses(job)}
+        addresses.update({key: f"{slot.address}:{slot.port}" for key, slot in slots.items()})
         cluster = cluster_spec(addresses)
         for task in waiting:
             slot = slots[(task.role, task.index)]
@@ -159,6 +164,18 @@ class PendingJobs:
             flush=False,
         )
         return True
+
+
+def staying_addresses(job: Job) -> list[tuple[tuple[str, int], str]]:
+    """The live training tasks of a job being placed in part, with their addresses (from
+    the TF_CONFIG they were started with)."""
+    found: list[tuple[tuple[str, int], str]] = []
+    for task in job.tasks:
+        if task.status not in LIVE_TASK_STATUSES or task.role == Role.evaluator:
+            continue
+        cluster = (task.tf_config or {}).get("cluster", {})
+        found.append(((task.role, task.index), cluster[task.role][task.index]))
+    return found
 
 
 async def _pending_jobs(session: AsyncSession, queue: list[int]) -> AsyncIterator[Job]:

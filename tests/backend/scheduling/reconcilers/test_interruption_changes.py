@@ -4,15 +4,20 @@ that has moved on meanwhile."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 from agents.protocol import StopTask
 from backend.jobs.states import JobStatus
-from backend.scheduling.interruptions import ResumePoint, preempt, vacate
+from backend.scheduling.interruptions import ResumePoint, preempt
+from backend.scheduling.interruptions import vacate as vacate_host
 from backend.scheduling.transaction import Transaction
 from tests.backend.scheduling.reconcilers.conftest import World
 
 CHECKPOINTED = ResumePoint("chief:0", 0, "ckpt-3", 60)
+vacate = functools.partial(
+    vacate_host, why="host-a is leaving (its agent was told to stop)", cause="notice"
+)
 
 
 async def applied(world: World, change: Callable[[Transaction], Awaitable[bool]]) -> bool:
