@@ -30,6 +30,8 @@ ROUTES: list[tuple[str, str]] = [
     ("DELETE", "/jobs/1/client/7"),
     ("GET", "/hosts"),
     ("DELETE", "/hosts/local-0"),
+    ("POST", "/hosts/local-0/drain"),
+    ("DELETE", "/hosts/local-0/drain"),
     ("GET", "/cluster"),
     ("GET", "/metrics"),
     ("POST", "/tokens"),

@@ -125,7 +125,8 @@ export interface paths {
         };
         /**
          * List Hosts
-         * @description Every host that has joined, with its devices (and their last usage) and heartbeat age.
+         * @description Every host that has joined, with its devices (and their last usage), heartbeat age,
+         *     whether it is drained, and how many tasks it holds.
          */
         get: operations["list_hosts_hosts_get"];
         put?: never;
@@ -151,6 +152,33 @@ export interface paths {
          * @description Forget a host that is gone, releasing its name to an agent with another identity.
          */
         delete: operations["forget_host_hosts__name__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/hosts/{name}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Drain Host
+         * @description Take a host out of service: it takes no new task, and every job running there is
+         *     moved off by the interruption path (a checkpoint, then its tasks there, and those
+         *     TensorFlow needs restarted with them, are placed elsewhere; no restart is counted). The
+         *     drain is complete when its `live_tasks` is 0.
+         */
+        post: operations["drain_host_hosts__name__drain_post"];
+        /**
+         * Undrain Host
+         * @description Put a drained host back in service: it takes tasks again.
+         */
+        delete: operations["undrain_host_hosts__name__drain_delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -814,7 +842,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
@@ -1287,6 +1315,11 @@ export interface components {
             agent_version: string | null;
             /** Devices */
             devices: components["schemas"]["DeviceRead"][];
+            /**
+             * Draining Since
+             * @description Since when it is drained (POST /hosts/{name}/drain): it takes no new task, and what ran there is moved off; null: it is in service.
+             */
+            draining_since?: string | null;
             /** @description The container engine its agent can start tasks in (environment.image); null: it has none, and runs no job that names an image. */
             engine: components["schemas"]["EngineInfo"] | null;
             /** Heartbeat Age Seconds */
@@ -1296,6 +1329,12 @@ export interface components {
              * Format: date-time
              */
             last_heartbeat_at: string;
+            /**
+             * Live Tasks
+             * @description Task attempts placed on it that have not ended (what is left).
+             * @default 0
+             */
+            live_tasks: number;
             /** Name */
             name: string;
             /** Port Range */
@@ -2864,6 +2903,127 @@ export interface operations {
             };
             /** @description The request is not allowed in the resource's current state. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    drain_host_hosts__name__drain_post: {
+        parameters: {
+            query?: {
+                /** @description How long the jobs there may take to checkpoint before they are moved anyway (each waits at most STRATA_INTERRUPTION_DEADLINE_SECONDS). */
+                deadline_seconds?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The host's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    undrain_host_hosts__name__drain_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -227,3 +227,37 @@ async def _place(
         except StaleDataError:
             continue
     raise AssertionError("the job kept changing")
+
+
+async def test_a_drained_host_says_so_with_what_is_left_and_takes_no_new_task(api: Api) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=2)
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+        job_id = job.id
+    await _place(api, job_id, "host-a", TaskStatus.running, JobStatus.running)
+    missing = await api.http.post("/hosts/nowhere/drain")
+    assert (missing.status_code, missing.json()["detail"]) == (404, "host nowhere does not exist")
+
+    drained = await api.http.post("/hosts/host-a/drain", params={"deadline_seconds": 5})
+    assert drained.status_code == 200, drained.text
+    assert drained.json()["draining_since"] is not None
+    assert drained.json()["live_tasks"] == 4  # its job is being moved off (no runtime here)
+    listed = (await api.http.get("/hosts")).json()
+    assert (listed[0]["draining_since"], listed[0]["live_tasks"]) == (
+        drained.json()["draining_since"],
+        4,
+    )
+    back = await api.http.delete("/hosts/host-a/drain")
+    assert back.status_code == 200 and back.json()["draining_since"] is None
+    audit = (await api.http.get("/audit", params={"action": "host.drain"})).json()["items"]
+    assert [entry["target"] for entry in audit] == ["host host-a"]
+
+
+async def test_draining_needs_an_admin_token(api: Api) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a")
+        await session.commit()
+    refused = await api.http.post("/hosts/host-a/drain", headers={"Authorization": "Bearer no"})
+    assert refused.status_code == 401
+    assert (await api.http.get("/hosts")).json()[0]["draining_since"] is None

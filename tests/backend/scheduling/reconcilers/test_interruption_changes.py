@@ -8,8 +8,9 @@ import functools
 from collections.abc import Awaitable, Callable
 
 from agents.protocol import StopTask
-from backend.jobs.states import JobStatus
-from backend.scheduling.interruptions import ResumePoint, preempt
+from backend.jobs.models import Task
+from backend.jobs.states import JobStatus, TaskStatus
+from backend.scheduling.interruptions import ResumePoint, preempt, tasks_to_move
 from backend.scheduling.interruptions import vacate as vacate_host
 from backend.scheduling.transaction import Transaction
 from tests.backend.scheduling.reconcilers.conftest import World
@@ -66,3 +67,31 @@ async def test_no_preemption_for_a_job_that_is_no_longer_pending(world: World) -
         world, lambda tx: preempt(tx, job_id=low.id, by_id=high, point=CHECKPOINTED)
     )
     assert (await world.load(low.id)).status is JobStatus.running
+
+
+def tasks(*names: str) -> list[Task]:
+    made = []
+    for name in names:
+        role, index = name.split(":")
+        made.append(Task(role=role, index=int(index), status=TaskStatus.running))
+    return made
+
+
+def test_what_moves_off_a_host_under_each_strategy() -> None:
+    _, ps, w0, w1, evaluator = job = tasks("chief:0", "ps:0", "worker:0", "worker:1", "evaluator:0")
+
+    def names(moved: list[Task]) -> list[str]:
+        return sorted(t.name for t in moved)
+
+    # Workers only: they and the chief (it reaches its workers at start); the ps serve on.
+    assert names(tasks_to_move("parameter_server", "chief", [w0, w1], job)) == [
+        "chief:0",
+        "worker:0",
+        "worker:1",
+    ]
+    # The evaluator alone moves alone; a ps or the chief there takes the whole job.
+    assert tasks_to_move("parameter_server", "chief", [evaluator], job) == [evaluator]
+    assert names(tasks_to_move("parameter_server", "chief", [ps, w0], job)) == names(job)
+    # Other strategies, and a job whose coordinator is a client, move whole.
+    assert names(tasks_to_move("multi_worker_mirrored", "chief", [w0], job)) == names(job)
+    assert names(tasks_to_move("parameter_server", "client", [w0], job)) == names(job)

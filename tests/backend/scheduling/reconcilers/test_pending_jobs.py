@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from agents.protocol import StartTask, TaskKey
 from agents.runtime_environment import EngineInfo
+from backend.cluster.service import set_draining
 from backend.jobs.models import Job, Task
 from backend.jobs.states import JobStatus, TaskStatus
 from backend.scheduling.evaluator import request_evaluator
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.reconcilers import pending_jobs as pending_jobs_module
 from backend.scheduling.reconcilers.pending_jobs import PLACEMENTS_PER_PASS, PendingJobs
+from backend.scheduling.restarts import unplace_task
 from backend.scheduling.transaction import Transaction
 from tests.backend.scheduling.reconcilers.conftest import World
 
@@ -178,3 +181,52 @@ async def test_a_job_submitted_to_a_full_cluster_is_examined_alone(
     await world.run(reconciler)
     assert examined[2:] == [first, second]
     assert (await world.load(first)).status is JobStatus.scheduled
+
+
+async def test_a_drained_host_takes_no_new_task(world: World) -> None:
+    await world.host("host-a", gpus=2)
+    await world.host("host-b", gpus=2)
+    async with world.sessions() as session:
+        await set_draining(session=session, name="host-a", draining=True)
+        await session.commit()
+    first = await world.job("mirrored", replicas={"chief": {"count": 1, "gpus": 2}})
+    second = await world.job("mirrored", replicas={"chief": {"count": 1, "gpus": 2}})
+    await world.run(pending_jobs(world))
+    placed = await world.load(first)
+    assert placed.reason == "placed on host-b"
+    waiting = await world.load(second)
+    assert waiting.status is JobStatus.pending  # host-a has room, but is drained
+    async with world.sessions() as session:
+        await set_draining(session=session, name="host-a", draining=False)
+        await session.commit()
+    world.view.capacity_changed()
+    await world.run(pending_jobs(world))
+    assert (await world.load(second)).reason == "placed on host-a"
+
+
+async def test_the_tasks_moved_off_a_host_join_those_that_stayed(world: World) -> None:
+    await world.host("host-a", gpus=4)
+    job = await world.running("parameter_server")
+    ps = next(t for t in job.tasks if t.name == "ps:0")
+    ps_address = ps.tf_config["cluster"]["ps"][0] if ps.tf_config else None
+    async with world.sessions() as session:
+        tx = Transaction(session=session, executors=world.executors)
+        loaded = await session.get_one(Job, job.id)
+        await transition_job(session=session, job=loaded, to=JobStatus.pending, reason="moved")
+        for task in await session.scalars(select(Task).where(Task.job_id == job.id)):
+            if task.name != "ps:0":
+                unplace_task(tx=tx, task=task, reason="moved", failure=False)
+        await session.commit()
+    world.view.running.report("host-a", frozenset({ps.key}))  # the moved ones have stopped
+    world.view.capacity_changed()
+    await world.run(pending_jobs(world))
+    placed = await world.load(job.id)
+    assert placed.status is JobStatus.scheduled, placed.reason
+    staying = next(t for t in placed.tasks if t.name == "ps:0")
+    assert (staying.status, staying.attempt) == (TaskStatus.running, 0)
+    for task in placed.tasks:
+        assert task.tf_config is not None
+        assert task.tf_config["cluster"]["ps"] == [ps_address], task.name
+    chief = next(t for t in placed.tasks if t.name == "chief:0")
+    assert chief.attempt == 1 and chief.tf_config is not None
+    assert len(chief.tf_config["cluster"]["worker"]) == 2
