@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from agents.tls import CA_FILE_ENV
-from backend.cli import agent, client, secrets, server, teams, tokens
+from backend.cli import agent, client, hosts, secrets, server, teams, tokens
 
 app = typer.Typer(
     name="strata",
@@ -42,6 +42,7 @@ server.register(app)
 agent.register(app)
 secrets.register(app)
 client.register(app)
+hosts.register(app)
 tokens.register(app)
 teams.register(app)
 

@@ -1,4 +1,4 @@
-"""Client commands: submit jobs, inspect and cancel them, list hosts."""
+"""Client commands: submit jobs, inspect and control them."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agents.runtime_environment import EngineInfo
 from backend.cli import bundle_view, job_end
 from backend.cli.bundle_view import describe_bundle
 from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
 from backend.cli.follow import follow
 from backend.code.archive import Bundle
-from backend.hosts.schemas import HostRead
 from backend.jobs.spec import JobSpec
 from backend.rest_client import ClientError, ServerUnreachable, StrataClient
 from backend.sizes import human_size
@@ -428,96 +426,8 @@ def jobs_evaluator(
     console.print(f"evaluator of job {job_id}: {task.status.value if task else 'none'}{where}")
 
 
-def hosts(ctx: typer.Context, server: ServerOption = None, token: TokenOption = None) -> None:
-    """List the hosts that have joined, with their devices (or forget one)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    with connect(server, token) as client:
-        found = client.hosts()
-    table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "ENGINE", "PORTS", "HEARTBEAT")
-    for host in found:
-        devices = ", ".join(f"{d.index}:{d.name}" for d in host.devices) or "-"
-        low, high = host.port_range
-        table.add_row(
-            host.name,
-            host.address,
-            _status_column(host),
-            devices,
-            _engine_column(host.engine),
-            f"{low}-{high}",
-            f"{host.heartbeat_age_seconds:.1f}s ago",
-        )
-    console.print(table)
-
-
-def _status_column(host: HostRead) -> str:
-    """online; or, once drained, 'draining (3 tasks left)' until it is 'drained'."""
-    if host.draining_since is None:
-        return host.status.value
-    if host.live_tasks:
-        return f"{host.status.value}, draining ({host.live_tasks} tasks left)"
-    return f"{host.status.value}, drained"
-
-
-def _engine_column(engine: EngineInfo | None) -> str:
-    """'docker 27.3.1 +nvidia', or '-' for a host that runs no image."""
-    if engine is None:
-        return "-"
-    return escape(f"{engine.kind} {engine.version}{' +nvidia' if engine.nvidia else ''}")
-
-
-def hosts_drain(
-    name: Annotated[str, typer.Argument(help="The host's name.")],
-    deadline: Annotated[
-        float,
-        typer.Option(
-            min=1,
-            max=86400,
-            help="Seconds the jobs there may take to checkpoint before they move anyway.",
-        ),
-    ] = 600.0,
-    server: ServerOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Take a host out of service: no new task goes there, and what runs there moves off
-    (checkpointed first). `strata hosts` says when it is drained."""
-    with connect(server, token) as client:
-        host = client.drain_host(name, deadline_seconds=deadline)
-    console.print(f"draining {escape(host.name)}: {_status_column(host)}")
-
-
-def hosts_undrain(
-    name: Annotated[str, typer.Argument(help="The host's name.")],
-    server: ServerOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Put a drained host back in service."""
-    with connect(server, token) as client:
-        host = client.undrain_host(name)
-    console.print(f"{escape(host.name)} is in service: {_status_column(host)}")
-
-
-def hosts_forget(
-    name: Annotated[str, typer.Argument(help="The host's name.")],
-    server: ServerOption = None,
-    token: TokenOption = None,
-) -> None:
-    """Forget a host that is gone (re-imaged, retired), freeing its name for a new agent."""
-    with connect(server, token) as client:
-        host = client.forget_host(name)
-    console.print(f"forgot host {escape(host.name)} (last at {escape(host.address)})")
-
-
 def register(app: typer.Typer) -> None:
     app.command()(submit)
-    hosts_app = typer.Typer(
-        help="List hosts; drain, undrain or forget one.", invoke_without_command=True
-    )
-    hosts_app.callback()(hosts)
-    hosts_app.command("forget")(hosts_forget)
-    hosts_app.command("drain")(hosts_drain)
-    hosts_app.command("undrain")(hosts_undrain)
-    app.add_typer(hosts_app, name="hosts")
     jobs = typer.Typer(help="Inspect and control jobs.", no_args_is_help=True)
     jobs.command("ls")(jobs_ls)
     jobs.command("show")(jobs_show)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agents.protocol import Welcome
 from agents.runtime_environment import EngineInfo
 from backend.cli import app
-from backend.cli import client as cli_client
+from backend.cli import hosts as cli_hosts
 from backend.hosts.schemas import HostRead
 from backend.hosts.states import HostStatus
 from tests.backend.api.test_agent_channel import ADMIN, AGENT, hello, receive
@@ -83,19 +83,22 @@ async def test_registered_hosts_keep_the_engine_as_sql_null_when_absent(api: Api
         assert list(with_engine) == ["docker"]
 
 
-def _host(name: str, engine: EngineInfo | None) -> HostRead:
+def _host(name: str, engine: EngineInfo | None, **fields: object) -> HostRead:
     now = datetime.now(UTC)
-    return HostRead(
-        name=name,
-        address="10.0.0.1",
-        status=HostStatus.online,
-        port_range=(42000, 42099),
-        agent_version="test",
-        engine=engine,
-        devices=[],
-        registered_at=now,
-        last_heartbeat_at=now,
-        heartbeat_age_seconds=1.0,
+    return HostRead.model_validate(
+        dict(
+            name=name,
+            address="10.0.0.1",
+            status=HostStatus.online,
+            port_range=(42000, 42099),
+            agent_version="test",
+            engine=engine,
+            devices=[],
+            registered_at=now,
+            last_heartbeat_at=now,
+            heartbeat_age_seconds=1.0,
+            **fields,
+        )
     )
 
 
@@ -105,6 +108,8 @@ class FakeClient:
             _host("gpu-box", DOCKER),
             _host("cpu-box", EngineInfo(kind="podman", version="5.2[x]")),
             _host("bare-box", None),
+            _host("drain-box", None, draining_since=datetime.now(UTC), live_tasks=3),
+            _host("done-box", None, draining_since=datetime.now(UTC)),
         ]
 
 
@@ -113,10 +118,10 @@ def test_strata_hosts_shows_a_short_engine_column(monkeypatch: pytest.MonkeyPatc
     def connect(_server: str | None, _token: str | None) -> Iterator[FakeClient]:
         yield FakeClient()
 
-    monkeypatch.setattr(cli_client, "connect", connect)
+    monkeypatch.setattr(cli_hosts, "connect", connect)
     # A console of a known width: the module's own took its width from the environment of the
     # process that imported it, which a test runner's worker may have set.
-    monkeypatch.setattr(cli_client, "console", Console(width=200))
+    monkeypatch.setattr(cli_hosts, "console", Console(width=200))
     result = CliRunner().invoke(app, ["hosts"])
     assert result.exit_code == 0, result.output
     rows = {line.split()[1]: line for line in result.output.splitlines() if "-box" in line}
@@ -125,3 +130,6 @@ def test_strata_hosts_shows_a_short_engine_column(monkeypatch: pytest.MonkeyPatc
     assert "podman 5.2[x]" in rows["cpu-box"]  # the agent's words, never read as markup
     assert "+nvidia" not in rows["cpu-box"]
     assert " - " in rows["bare-box"].replace("│", " ")
+    # A drained host says what is left on it, then that it is drained.
+    assert "online, draining (3 tasks left)" in rows["drain-box"]
+    assert "online, drained" in rows["done-box"]
