@@ -9,6 +9,11 @@ batch, so it resumes at the next epoch. Without known steps per epoch only the e
 a mid-epoch backup is recorded as the previous epoch's, so its epoch runs again from its
 first step, from the backed-up weights. Keras 3's callback backs up at epoch ends only.
 
+Under multi_worker_mirrored (tf_keras, known steps per epoch) the callback also turns on
+TensorFlow's save before preemption: a worker sent SIGTERM (the agent stopping it for an
+interruption, or Slurm) has every worker back up at the next step, then exits, and the
+resumed job goes on at the step after it. Only then are its batch hooks called.
+
 This module imports no TensorFlow until a callback is built.
 """
 
@@ -24,6 +29,8 @@ from agents.runtime.cluster import local_cpu, task_environment
 from agents.runtime.flavor import KerasFlavor, keras_flavor
 
 BACKUP_SUBDIR = "backup"  # BackupAndRestore's dir, inside the checkpoint dir
+# An int save_freq selects tf_keras's batch-level restore; one this large never saves by count.
+BATCH_LEVEL = 2**62
 KERAS3_MID_EPOCH = (
     "Keras 3's BackupAndRestore backs up at epoch ends only: the job resumes from the last "
     "epoch's backup"
@@ -34,6 +41,12 @@ def is_ps(strategy: Any) -> bool:
     import tensorflow as tf
 
     return isinstance(strategy, tf.distribute.ParameterServerStrategy)
+
+
+def is_mwm(strategy: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def backup_and_restore(
@@ -63,6 +76,8 @@ def backup_and_restore(
             self.last_backup = clock()
             self.unsaved_epoch: int | None = None  # the last epoch, if not backed up
             self.steps: int | None = None  # per epoch, when fit knows them
+            self._supports_tf_logs = True  # it never reads the batch logs
+            self.preempting = False  # TensorFlow's save before preemption is on
 
         def _make_inner(self) -> Any:
             if keras_flavor(self.model) is KerasFlavor.keras3:
@@ -71,17 +86,39 @@ def backup_and_restore(
                 return keras.callbacks.BackupAndRestore(
                     backup_dir, save_freq="epoch", delete_checkpoint=not keep
                 )
-            # An int save_freq only selects the batch-level restore: the batch hooks that
-            # would count it are never forwarded, so every save is one of ours.
             return tf_keras.callbacks.BackupAndRestore(
                 backup_dir,
-                save_freq=self.steps or "epoch",
+                save_freq=BATCH_LEVEL if self.steps else "epoch",
                 delete_checkpoint=not keep,
+                save_before_preemption=self.preempting,
             )
+
+        def _saves_before_preemption(self) -> bool:
+            params = getattr(self, "params", None) or {}
+            return (
+                bool(params.get("steps"))
+                and keras_flavor(self.model) is KerasFlavor.tf_keras
+                and is_mwm(getattr(self.model, "distribute_strategy", None))
+            )
+
+        # Called by CallbackList once the model and params are set: batch hooks only where
+        # the save before preemption needs them (every step checks for a SIGTERM).
+        def _implements_train_batch_hooks(self) -> bool:
+            return self._saves_before_preemption()
+
+        # Other callbacks' batch hooks have these called too: they act only when preempting.
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if self.preempting:
+                self.inner.on_train_batch_begin(batch, logs)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if self.preempting:
+                self.inner.on_train_batch_end(batch, logs)
 
         def on_train_begin(self, logs: Any = None) -> None:
             params = getattr(self, "params", None) or {}
             self.steps = params.get("steps") or None
+            self.preempting = self._saves_before_preemption()
             self.inner = self._make_inner()
             self.inner.set_model(self.model)
             if params:
@@ -93,7 +130,23 @@ def backup_and_restore(
 
                     reads.enter_context(reads_on(local_cpu(strategy)))
                 self.inner.on_train_begin(logs)
+            if self.preempting:
+                self._watch_for_preemption()
             self.last_backup = clock()
+
+        def _watch_for_preemption(self) -> None:
+            """TensorFlow's PreemptionCheckpointHandler over the backup, as tf_keras builds
+            it on GCP only: off it, save_before_preemption is ignored. It catches SIGTERM,
+            agrees on a step with the other workers and backs up there, then exits (42)."""
+            import tensorflow as tf
+
+            state = self.model._training_state
+            handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+                self.model.distribute_strategy.cluster_resolver, state.write_checkpoint_manager
+            )
+            handler._read_checkpoint_manager = state.read_checkpoint_manager
+            state.preemption_handler = self.model._preemption_handler = handler
+            state._enable_save_before_preemption = True
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.inner.on_epoch_begin(epoch, logs)
@@ -106,7 +159,12 @@ def backup_and_restore(
         def on_train_end(self, logs: Any = None) -> None:
             if keep and self.unsaved_epoch is not None:
                 self._epoch_backup(self.unsaved_epoch, logs)
+            handler = getattr(self.model, "_preemption_handler", None)
             self.inner.on_train_end(logs)
+            if self.preempting and handler is not None:
+                # Its watcher threads would outlive fit, one of them blocked on the cluster.
+                handler._stop_cluster_wise_termination_watcher_thread()
+                handler._stop_poll_termination_signal_thread()
 
         def _epoch_backup(self, epoch: int, logs: Any) -> None:
             if self.steps is not None and keras_flavor(self.model) is KerasFlavor.tf_keras:

@@ -54,14 +54,24 @@ class ResumePoint:
     checkpoint: str | None = None
     step: int | None = None
     missing: str | None = None
+    # multi_worker_mirrored: its workers, stopped with SIGTERM, back up together at their
+    # next step (TensorFlow's save before preemption, agents/runtime/backup.py).
+    on_stop: bool = False
 
     def describe(self) -> str:
         if self.checkpoint is not None:
             return f"checkpoint {self.checkpoint} at step {self.step}"
+        if self.on_stop:
+            return "the backup its workers write together as they stop"
         return f"no checkpoint ({self.missing}); it resumes from its last backup"
 
     def data(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint, "step": self.step, "missing": self.missing}
+        return {
+            "checkpoint": self.checkpoint,
+            "step": self.step,
+            "missing": self.missing,
+            "on_stop": self.on_stop,
+        }
 
 
 async def take_checkpoint(
@@ -70,6 +80,9 @@ async def take_checkpoint(
     """Asks the job's checkpoint writer for the interruption's checkpoint and waits at most
     `deadline` seconds for it. Holds no database connection while it waits."""
     job = await queries.get_job(session=session, job_id=job_id)
+    if job.strategy == Strategy.multi_worker_mirrored and job.status is JobStatus.running:
+        await session.commit()
+        return ResumePoint(on_stop=True)
     try:
         writer = checkpoint_writer(job, await session.get(JobClient, job_id))
     except Conflict as no_writer:

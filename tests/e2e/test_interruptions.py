@@ -278,3 +278,42 @@ def test_a_drained_host_s_workers_move_and_the_ps_serves_on(gpu_and_cpu_hosts: C
     steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
     assert step in steps and max(steps) == epochs * STEPS_PER_EPOCH  # no epoch lost
     wait_no_processes(job_id, server=cluster.url)
+
+
+def test_a_suspended_mwm_job_resumes_at_the_step_its_workers_saved_as_they_stopped(
+    cluster: Cluster,
+) -> None:
+    epochs = 40
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mwm.yaml").read_text())
+    spec["name"] = "suspended-mwm"
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
+    spec["checkpoint"] = {"every_epochs": 10, "backup_every_seconds": 3600}  # few backups
+    job_id = cluster.submit(spec)["id"]
+    cluster.wait_for(
+        job_id,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "worker:0")),
+        180,
+        "past its third epoch",
+    )
+    answer = cluster.http.post(f"/jobs/{job_id}/suspend", timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["reason"] == (
+        "suspended by request; resumes from the backup its workers write together as they stop"
+    )
+    wait_no_processes(job_id, server=cluster.url)
+    first = cluster.http.get(
+        f"/jobs/{job_id}/tasks/worker:0/logs", params={"attempt": 0, "limit": 10000}
+    ).json()["lines"]
+    stopped_at = [line for line in first if line.startswith("epoch=")]
+
+    assert cluster.http.post(f"/jobs/{job_id}/resume").status_code == 200
+    done = cluster.wait_status(job_id, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    resumed = [line for line in cluster.logs(job_id, "worker:0") if line.startswith("epoch=")]
+    # Not from the last backup (the start, at most every hour) but from the step it stopped at.
+    last = int(stopped_at[-1].split()[0].removeprefix("epoch="))
+    assert resumed[0].startswith((f"epoch={last} ", f"epoch={last + 1} ")), (stopped_at, resumed)
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
+    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert max(steps) == epochs * STEPS_PER_EPOCH  # none lost, none run twice
+    wait_no_processes(job_id, server=cluster.url)
