@@ -19,6 +19,10 @@ the wall time at which the runtime observed them, on this same machine):
 * host: SIGKILL the agent on the third host (its tasks die with it). After the heartbeat
   timeout (4 s here) the host is lost and the job is placed again on the other two;
   resumed = the first `batch/*` point of the new chief attempt.
+* drain: `POST /hosts/{name}/drain` of the third host (an interruption, not a failure): the
+  chief is asked for a checkpoint at its next step, then what ran there moves to the other
+  two (under parameter_server its workers there and the chief; the whole job if its ps or
+  only its chief was there); resumed = the first `batch/*` point of the new chief attempt.
 * server: SIGKILL `strata server` and start it again at once. The job should not notice:
   its tasks keep training (no attempt changes) and the runtime holds its points until the
   server is back. Measured: kill → healthy again, kill → the first point observed after the
@@ -67,7 +71,7 @@ from tests.support.cluster import (
 
 PYTHON = sys.executable
 VICTIM = "victim"
-SCENARIOS = ("worker", "ps", "chief", "host", "server")
+SCENARIOS = ("worker", "ps", "chief", "host", "drain", "server")
 
 # Looks through the frames seen so far; the wall time of what it looks for, once it is there.
 Finder = Callable[[list[dict[str, Any]]], float | None]
@@ -320,6 +324,9 @@ def kill_and_time(
     name, process = victim
     hosts = {t["host"] for t in placed["tasks"]}
     assert name in hosts, f"nothing of the job on {name}: {hosts}"
+    if scenario == "drain":
+        cluster.http.post(f"/hosts/{name}/drain").raise_for_status()
+        return watch.until(first_batch_point(1, killed_at), timeout=240) - killed_at
     process.send_signal(signal.SIGKILL)
     process.wait()
     return watch.until(first_batch_point(1, killed_at), timeout=240) - killed_at
@@ -408,8 +415,8 @@ def run_once(cluster: SplitCluster, scenario: str, run: int, mode: str = "cold")
             "attempts": {t["name"]: t["attempt"] for t in after["tasks"]},
         }
     victim: Victim | None = None
-    if scenario == "host":
-        name = f"{VICTIM}-{run}"
+    if scenario in ("host", "drain"):
+        name = f"{VICTIM}-{scenario}-{mode}-{run}"
         victim = (
             name,
             cluster.start_agent(name, gpus=4, ports=f"{28000 + 100 * run}-{28099 + 100 * run}"),
@@ -430,6 +437,9 @@ def run_once(cluster: SplitCluster, scenario: str, run: int, mode: str = "cold")
             listening = listening_after(cluster, job_id, KILLED_TASK[scenario], killed_at)
             if listening is not None:
                 phases["listening_s"] = listening
+    if scenario == "drain" and victim is not None:  # drained: its agent may go
+        victim[1].send_signal(signal.SIGTERM)
+        victim[1].wait(timeout=60)
     print(
         f"  {scenario} {mode} run {run}: training resumed {seconds:.2f}s after the kill ({phases})",
         flush=True,

@@ -12,12 +12,15 @@ RECOVERY_WHAT = {
     "ps": "ps SIGKILLed → ps and chief restarted, chief training from its backup",
     "chief": "chief SIGKILLed → chief restarted, training from its backup",
     "host": "agent SIGKILLed (its host lost) → job re-placed, chief training again",
+    "drain": "host drained (an interruption) → checkpoint, its tasks and the chief moved, "
+    "chief training again",
     "server": "server SIGKILLed and started again → nothing restarts; points flow again",
 }
 
 
 WARM_WORKER_TARGET = 3.0  # s, a PS worker's recovery with a warm start (issue 21)
 WARM_RATIO_TARGET = 0.6  # warm ÷ cold, ps and chief recovery
+WARM_DRAIN_TARGET = 10.0  # s, a drained host's job training again, warm
 
 
 def _spread(values: dict[str, float]) -> str:
@@ -59,6 +62,16 @@ def recovery_rows(recovery: dict[str, Any]) -> list[list[str]]:
                 "yes"
                 if median <= WARM_WORKER_TARGET
                 else f"no (+{median - WARM_WORKER_TARGET:.2f} s)",
+            ]
+        )
+    if "drain" in warm:
+        median = warm["drain"]["seconds"]["median"]
+        rows.append(
+            [
+                "Host drained → its job training again elsewhere, warm start",
+                _spread(warm["drain"]["seconds"]),
+                f"≤ {WARM_DRAIN_TARGET:.0f} s",
+                "yes" if median <= WARM_DRAIN_TARGET else "no",
             ]
         )
     cold = recovery.get("scenarios", {})
