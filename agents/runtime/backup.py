@@ -175,11 +175,15 @@ def backup_and_restore(
             # From the end of the save: a slow save does not shorten the next interval.
             self.last_backup = clock()
 
-        def back_up_now(self, epoch: int, batch: int) -> None:
+        def back_up_now(self, epoch: int, batch: int | None) -> None:
             """Back up at this step boundary (training thread): the resumed job continues
-            at the next step (or, with unknown steps per epoch, at this epoch's start)."""
+            at the next step (or, with unknown steps per epoch, at this epoch's start).
+            `batch` None: at the end of `epoch`."""
             if self.inner is None:
                 raise RuntimeError("no training in progress")
+            if batch is None:
+                self._epoch_backup(epoch, None)
+                return
             if keras_flavor(self.model) is KerasFlavor.keras3:
                 raise RuntimeError(KERAS3_MID_EPOCH)
             if self.steps is not None:

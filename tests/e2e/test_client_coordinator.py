@@ -125,21 +125,29 @@ def test_a_notebook_kernel_coordinates_and_a_new_kernel_resumes(
 
 
 def test_a_client_killed_mid_fit_leaves_the_job_until_its_idle_timeout(cluster: Cluster) -> None:
-    job_id = cluster.submit(servers_spec("killed-client", client_idle_timeout=IDLE_SECONDS))["id"]
-    # Started at once, so that its TensorFlow import overlaps the servers' start: connect()
-    # waits for them, and the job's idle time runs from when they serve.
+    # The job is submitted once the client has imported TensorFlow (it then reads the job's
+    # id): its idle time runs from when the servers serve, and connect() waits for that.
     client = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.client_fit", "500"],
-        env=client_env(cluster, job_id),
+        [sys.executable, "-m", "tests.support.client_fit", "500", "-"],
+        env=client_env(cluster, 0),
         cwd=REPO,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        servers = attempts(cluster.wait_status(job_id, "running"))
-        assert client.stdout is not None
+        assert client.stdin is not None and client.stdout is not None
         printed = []
+        for line in client.stdout:
+            printed.append(line)
+            if line.startswith("client ready"):
+                break
+        spec = servers_spec("killed-client", client_idle_timeout=IDLE_SECONDS)
+        job_id = cluster.submit(spec)["id"]
+        client.stdin.write(f"{job_id}\n")
+        client.stdin.flush()
+        servers = attempts(cluster.wait_status(job_id, "running"))
         for line in client.stdout:
             printed.append(line)
             if line.startswith("client epoch=2 "):

@@ -1,7 +1,9 @@
 """A client coordinator for the end-to-end tests: `python -m tests.support.client_fit
 EPOCHS [JOB [PORT]]` connects to a job whose coordinator is the client (STRATA_SERVER,
 STRATA_TOKEN; the job: JOB, else STRATA_JOB; serving at PORT, else a free one) and fits the
-digits model with validation, one line per epoch."""
+digits model with validation, one line per epoch. JOB `-`: once TensorFlow is imported it
+prints "client ready" and reads the job's id from its stdin, so that a test can submit the
+job only then, and the job's client_idle_timeout need not cover the import."""
 
 from __future__ import annotations
 
@@ -26,7 +28,11 @@ class EpochLines(keras.callbacks.Callback):  # type: ignore[misc]
 
 def main() -> None:
     epochs = int(sys.argv[1])
-    job = int(sys.argv[2]) if len(sys.argv) > 2 else int(os.environ["STRATA_JOB"])
+    named = sys.argv[2] if len(sys.argv) > 2 else os.environ["STRATA_JOB"]
+    if named == "-":
+        print("client ready", flush=True)
+        named = sys.stdin.readline()
+    job = int(named)
     port = int(sys.argv[3]) if len(sys.argv) > 3 else None
     strategy = runtime.connect(job, port=port)
     (features, labels), (held_out, held_out_labels) = digits.load_data()

@@ -715,3 +715,29 @@ def test_sidecar_evaluator_needs_strata(monkeypatch: pytest.MonkeyPatch) -> None
     assert issubclass(NotUnderStrata, RuntimeError)
     assert "sidecar_evaluator" in runtime.__all__
     assert strata_metrics_class() is strata_metrics_class()
+
+
+def test_an_interruption_served_at_an_epoch_end_resumes_at_the_next_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tf_keras as keras
+
+    monkeypatch.setenv("STRATA_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("STRATA_CHECKPOINT_POLICY", '{"every_epochs": 5, "keep": 10}')
+    first = FakeSink()
+
+    class AtLastBatchEnd(keras.callbacks.Callback):  # type: ignore[misc]
+        """Asks after the checkpoints' batch hook has run: served at the epoch's end."""
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if batch == 3 and not first.saved:
+                interrupt_command(first, 4)
+
+    stopped = Steps(crash_at=(1, 0))
+    with pytest.raises(Crash):
+        fit(build_model(), [*make_callbacks(sink=first), AtLastBatchEnd(), stopped], epochs=3)
+    assert [(s.step, s.trigger) for s in first.saved] == [(4, "interruption")]
+    assert first.failed == []
+    resumed = Steps()
+    fit(build_model(), [*make_callbacks(sink=FakeSink()), resumed], epochs=3)
+    assert resumed.seen[0] == (1, 0)
