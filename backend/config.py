@@ -182,15 +182,10 @@ class Settings(BaseSettings):
     )
 
     preemptible: bool = Field(
-        default=True,
-        description="Whether a job whose spec leaves preemptible unset may be interrupted for "
-        "a pending job of higher priority.",
+        default=True, description="A job's preemptible when its spec leaves it unset."
     )
     interruption_deadline_seconds: float = Field(
-        default=60.0,
-        gt=0,
-        description="How long a preemption waits for the checkpoint of the job it interrupts; "
-        "past it the job stops anyway and resumes from its last backup.",
+        default=60.0, gt=0, description="How long an interruption waits for its checkpoint."
     )
 
     # The client coordinator of a job with coordinator: client (runtime.connect).
@@ -274,11 +269,8 @@ class Settings(BaseSettings):
         default=0.0,
         ge=0,
         le=3600,
-        description="The --notice of the agents a Slurm job starts: how long, once Slurm "
-        "signals them (a requeue, a preemption), the server gets to checkpoint and move their "
-        "tasks. Slurm kills what is left KillWait (or, with preemption, GraceTime) seconds "
-        "after its SIGTERM: set this a few seconds under that; 0 (the default) stops the "
-        "tasks at once, to resume from their last backup.",
+        description="The --notice of a Slurm job's agents; keep it under Slurm's KillWait "
+        "(GraceTime with preemption). 0: their tasks stop at once, to resume from a backup.",
     )
 
     @field_validator("log_level", mode="before")

@@ -401,7 +401,7 @@ class CheckpointKeeper:
         self._checkpoint.write(prefix, options=self._options)
         wall_time = time.time()
         size = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".*"))
-        step = self._read_step(prefix)
+        step = _written_step(prefix, self._model)
         record = _Record(
             name=name,
             number=number,
@@ -448,43 +448,12 @@ class CheckpointKeeper:
             keras=keras_flavor(self._model).value,
         )
 
-    def _read_step(self, prefix: str) -> int:
-        """The optimizer's iteration count as written (under PS training goes on meanwhile)."""
-        import tensorflow as tf
-
-        try:
-            reader = tf.train.load_checkpoint(prefix)
-            for key in _ITERATION_KEYS:
-                if reader.has_tensor(key):
-                    return max(0, int(reader.get_tensor(key)))
-        except Exception as exc:
-            log.debug("strata: cannot read the step from %s: %r", prefix, exc)
-        value = tfvalues.to_float(getattr(self._model.optimizer, "iterations", None))
-        return max(0, int(value)) if value is not None else 0
-
     # --- the dir -----------------------------------------------------------------------------
 
     def _scan_dir(self) -> None:
         """Learns the checkpoints already in the dir (a restarted chief numbers on)."""
-        import tensorflow as tf
-
-        tf.io.gfile.makedirs(self.directory)
-        numbers = [r.number for r in self._known.values()]
-        indexed: dict[str, int] = {}
-        for entry in tf.io.gfile.listdir(self.directory):
-            entry = entry.rstrip("/")
-            match = _NUMBERED.match(entry)
-            if match is None:
-                continue
-            numbers.append(int(match.group(1)))
-            if entry == f"ckpt-{match.group(1)}.index":
-                indexed[entry[: -len(".index")]] = int(match.group(1))
-        state = tf.train.get_checkpoint_state(self.directory)
-        if state is not None:
-            for path in state.all_model_checkpoint_paths:
-                match = _NAME.match(os.path.basename(path))
-                if match is not None:
-                    numbers.append(int(match.group(1)))
+        numbers, indexed = _numbered_in(self.directory)
+        numbers += [r.number for r in self._known.values()]
         manifest = _read_manifest(self.directory)
         known: dict[str, _Record] = {}
         for name, number in sorted(indexed.items(), key=lambda item: item[1]):
@@ -492,6 +461,46 @@ class CheckpointKeeper:
         self._known = known
         self._next_number = max(self._next_number, max(numbers, default=0) + 1)
         self._scanned = True
+
+
+def _written_step(prefix: str, model: Any) -> int:
+    """The optimizer's iteration count as written (under PS training goes on meanwhile)."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for key in _ITERATION_KEYS:
+            if reader.has_tensor(key):
+                return max(0, int(reader.get_tensor(key)))
+    except Exception as exc:
+        log.debug("strata: cannot read the step from %s: %r", prefix, exc)
+    value = tfvalues.to_float(getattr(model.optimizer, "iterations", None))
+    return max(0, int(value)) if value is not None else 0
+
+
+def _numbered_in(directory: str) -> tuple[list[int], dict[str, int]]:
+    """Every checkpoint number the dir's files and state name, and the checkpoints whose
+    index file is there, by name."""
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(directory)
+    numbers: list[int] = []
+    indexed: dict[str, int] = {}
+    for entry in tf.io.gfile.listdir(directory):
+        entry = entry.rstrip("/")
+        match = _NUMBERED.match(entry)
+        if match is None:
+            continue
+        numbers.append(int(match.group(1)))
+        if entry == f"ckpt-{match.group(1)}.index":
+            indexed[entry[: -len(".index")]] = int(match.group(1))
+    state = tf.train.get_checkpoint_state(directory)
+    if state is not None:
+        for path in state.all_model_checkpoint_paths:
+            match = _NAME.match(os.path.basename(path))
+            if match is not None:
+                numbers.append(int(match.group(1)))
+    return numbers, indexed
 
 
 def _read_manifest(directory: str) -> dict[str, Any]:
