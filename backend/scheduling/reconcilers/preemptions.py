@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
 from agents.vocabulary import Strategy
@@ -23,6 +23,9 @@ from backend.scheduling.placement import TaskNeed
 from backend.scheduling.preemption import Candidate, HeldPlace, fits, plan_preemption
 from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
+
+# Pending jobs of higher priority a pass tries to make room for, the highest first.
+PLANS_TRIED_PER_PASS = 10
 
 
 class Interrupts(Protocol):
@@ -47,22 +50,39 @@ class Preemptions:
 
     async def reconcile(self, tx: Transaction) -> None:
         session, plans = tx.session, self.view.preempting
+        if plans:
+            still = set(
+                await session.scalars(
+                    select(Job.id).where(Job.id.in_(plans), Job.status == JobStatus.pending)
+                )
+            )
+            for job_id in set(plans) - still:
+                del plans[job_id]  # placed, cancelled or suspended meanwhile
+            if plans:
+                return
+        # Two aggregates first: a pass runs for every submission, and a queue of thousands of
+        # jobs with nothing of lower priority running must cost it nothing more.
+        lowest = await session.scalar(
+            select(func.min(Job.priority)).where(Job.status == JobStatus.running)
+        )
+        highest = await session.scalar(
+            select(func.max(Job.priority)).where(Job.status == JobStatus.pending)
+        )
+        if lowest is None or highest is None or highest <= lowest:
+            return
         pending = list(
             await session.scalars(
                 select(Job)
-                .where(Job.status == JobStatus.pending)
+                .where(Job.status == JobStatus.pending, Job.priority > lowest)
                 .order_by(Job.priority.desc(), Job.id)
+                .limit(PLANS_TRIED_PER_PASS)
                 .options(selectinload(Job.tasks))
             )
         )
-        for job_id in set(plans) - {job.id for job in pending}:
-            del plans[job_id]  # placed, cancelled or suspended meanwhile
-        if plans or not pending:
-            return
         running = list(
             await session.scalars(
                 select(Job)
-                .where(Job.status == JobStatus.running, Job.priority < pending[0].priority)
+                .where(Job.status == JobStatus.running, Job.priority < highest)
                 .options(selectinload(Job.tasks))
             )
         )
