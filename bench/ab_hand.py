@@ -81,7 +81,10 @@ class Started:
 def task_argv(strategy: str, task: str, plan: Plan, knobs: Knobs) -> list[str]:
     if knobs.server_entry and strategy == "parameter_server" and task != "chief:0":
         return [sys.executable, *SERVER_ENTRY]
-    return [sys.executable, *entrypoint(plan)[1:]]
+    script = entrypoint(plan)[1:]
+    if knobs.local_reads:
+        return [sys.executable, "-m", "bench.local_reads", *script]
+    return [sys.executable, *script]
 
 
 def cluster_configs(strategy: str) -> dict[str, dict[str, Any]]:

@@ -54,6 +54,9 @@ class Knobs:
     # and StrataCheckpoints, nothing streamed); "full" also lets it stream to the cluster's
     # server (StrataMetrics, the sender, TensorBoard event files) for a job kept pending.
     runtime: Runtime = "off"
+    # The chief (or an MWM worker) through bench.local_reads: the runtime's coordinator-side
+    # copy of steps_per_execution without the rest of the runtime.
+    local_reads: bool = False
 
 
 STRATA_VARIANTS = ("strata", "strata-bare", "strata-warm")
@@ -77,6 +80,7 @@ HAND_VARIANTS: dict[str, Knobs] = {
     "hand+warm-busy-import": Knobs(warm=True, idle_import=False),
     "hand+backups": Knobs(runtime="backups"),
     "hand+runtime-callbacks": Knobs(runtime="full"),
+    "hand+local-reads": Knobs(local_reads=True),
     "hand+all": Knobs(
         env=True,
         grpc_options=True,

@@ -22,6 +22,7 @@ VARIANTS = {
     "hand+server-entry": "+ `python -m agents.runtime.server` for the workers and the ps",
     "hand+backups": "+ the runtime's backups",
     "hand+runtime-callbacks": "+ the runtime library, streaming to the server",
+    "hand+local-reads": "+ steps_per_execution read on the coordinator (the runtime's, alone)",
     "hand+all": "+ all of the above",
     "strata": "Strata, cold starts",
     "strata-warm": "Strata, warm starts (the default)",

@@ -60,6 +60,7 @@ RUNTIME_MODULES = (
     "agents.runtime.evaluator",
     "agents.runtime.refusal",
     "agents.runtime.server",
+    "agents.runtime.step_reads",
     "websockets.sync.client",
 )
 

@@ -12,7 +12,8 @@ first step, from the backed-up weights. Keras 3's callback backs up at epoch end
 Under multi_worker_mirrored (tf_keras, known steps per epoch) the callback also turns on
 TensorFlow's save before preemption: a worker sent SIGTERM (the agent stopping it for an
 interruption, or Slurm) has every worker back up at the next step, then exits, and the
-resumed job goes on at the step after it. Only then are its batch hooks called.
+resumed job goes on at the step after it. Only then does the callback do more per step than
+count it for TensorFlow's handler.
 
 This module imports no TensorFlow until a callback is built.
 """
@@ -47,6 +48,21 @@ def is_mwm(strategy: Any) -> bool:
     import tensorflow as tf
 
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def preemption_under_way(model: Any) -> bool:
+    """Whether TensorFlow's PreemptionCheckpointHandler on the model may save at this step: a
+    SIGTERM here, a peer's step to save at, or the grace period after a save (tf 2.21's
+    private flags; True where one cannot be read, so the batch is then always assigned)."""
+    handler: Any = getattr(model, "_preemption_handler", None)
+    try:
+        return bool(
+            handler._received_own_sigterm.is_set()
+            or handler._received_checkpoint_step.is_set()
+            or handler._final_checkpoint_countdown
+        )
+    except AttributeError:
+        return True
 
 
 def backup_and_restore(
@@ -106,14 +122,15 @@ def backup_and_restore(
         def _implements_train_batch_hooks(self) -> bool:
             return self._saves_before_preemption()
 
-        # Other callbacks' batch hooks have these called too: they act only when preempting.
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            if self.preempting:
-                self.inner.on_train_batch_begin(batch, logs)
-
+        # Other callbacks' batch hooks have this called too: it acts only when preempting.
+        # The inner callback's batch-begin hook is never called: it assigns the batch to a
+        # mirrored variable at every step (~0.13 ms of CPU), which only a save before
+        # preemption reads, so that is assigned here, and only while one is under way.
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             if self.preempting:
-                self.inner.on_train_batch_end(batch, logs)
+                if preemption_under_way(self.model):
+                    self.model._training_state._ckpt_saved_batch.assign(batch)
+                self.inner.on_train_batch_end(batch, logs)  # counts the step, saves if due
 
         def on_train_begin(self, logs: Any = None) -> None:
             params = getattr(self, "params", None) or {}

@@ -451,13 +451,16 @@ def _make_class() -> type:
                 watch_coordinator=watch_coordinator,
             )
 
-        def _guard(self, hook: str, call: Callable[[], None]) -> None:
+        def _guard(self, hook: str, call: Callable[[], object]) -> None:
             try:
                 call()
             except Exception as exc:  # reporting must never break training
                 log.debug("strata: %s failed: %r", hook, exc)
 
         def on_train_begin(self, logs: Any = None) -> None:
+            from agents.runtime.step_reads import keep_reads_local
+
+            self._guard("on_train_begin", lambda: keep_reads_local(self.model))
             coordinator = getattr(self.model, "_cluster_coordinator", None)
             self._guard(
                 "on_train_begin", lambda: self.tracker.train_begin(self.params or {}, coordinator)
