@@ -31,7 +31,6 @@ filesystem, or on the client's own disk. `checkpoint_dir=` names another place.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import logging
 import os
@@ -53,6 +52,10 @@ log = logging.getLogger("strata.runtime")
 RUNNING_WAIT_SECONDS = 600.0
 POLL_SECONDS = 1.0
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+# A detach the server could not take (it restarting, or too busy to answer) is tried again
+# after each of these pauses: without it the job counts the client attached until its
+# heartbeats are missed.
+DETACH_RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0)
 
 
 class ConnectError(RuntimeError):
@@ -94,12 +97,25 @@ class Connection:
             except OSError as exc:  # the server restarting: keep trying
                 log.info("strata: client heartbeat failed, retrying: %r", exc)
 
-    def disconnect(self) -> None:
+    def disconnect(self, pauses: tuple[float, ...] = DETACH_RETRY_SECONDS) -> None:
         if self._stop.is_set():
             return
         self._stop.set()
-        with contextlib.suppress(ConnectError, OSError):
-            self.request("DELETE", f"/jobs/{self.job_id}/client/{self.session}")
+        path = f"/jobs/{self.job_id}/client/{self.session}"
+        for pause in (*pauses, None):
+            try:
+                self.request("DELETE", path)
+                return
+            except ConnectError as exc:
+                if exc.status is None or exc.status < 500:
+                    return  # refused for good (taken over, the job ended): nothing to detach
+                failure: Exception = exc
+            except OSError as exc:
+                failure = exc
+            if pause is None:
+                log.warning("strata: could not detach from job %s: %s", self.job_id, failure)
+                return
+            time.sleep(pause)
 
 
 _connection: Connection | None = None

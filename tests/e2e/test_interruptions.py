@@ -317,3 +317,50 @@ def test_a_suspended_mwm_job_resumes_at_the_step_its_workers_saved_as_they_stopp
     steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
     assert max(steps) == epochs * STEPS_PER_EPOCH  # none lost, none run twice
     wait_no_processes(job_id, server=cluster.url)
+
+
+def test_a_higher_priority_job_preempts_an_mwm_job_which_resumes_at_the_step_it_saved(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    epochs = 40
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mwm.yaml").read_text())
+    spec["name"] = "preempted-mwm"
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
+    spec["replicas"]["worker"]["gpus"] = 2  # both workers: all four GPUs of the cluster
+    spec["checkpoint"] = {"every_epochs": 10, "backup_every_seconds": 3600}  # few backups
+    low = cluster.submit(spec)["id"]
+    cluster.wait_for(
+        low,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(low, "worker:0")),
+        180,
+        "past its third epoch",
+    )
+
+    release = tmp_path / "release"
+    urgent = two_gpu_job("default", release) | {"name": "urgent-over-mwm", "priority": 10}
+    high = cluster.submit(urgent)["id"]
+    try:
+        cluster.wait_status(high, "running", timeout=180)
+        preempted = cluster.job(low)
+        assert preempted["status"] == "pending"
+        event = [e for e in cluster.events(low) if e["data"].get("interruption")][-1]
+        assert event["message"].startswith(f"preempted by job {high} (urgent-over-mwm, priority")
+        assert event["data"]["by"] == high
+    finally:
+        release.touch()
+    cluster.wait_status(high, "succeeded", timeout=60)
+    first = cluster.http.get(
+        f"/jobs/{low}/tasks/worker:0/logs", params={"attempt": 0, "limit": 10000}
+    ).json()["lines"]
+    stopped_at = [line for line in first if line.startswith("epoch=")]
+
+    done = cluster.wait_status(low, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    resumed = [line for line in cluster.logs(low, "worker:0") if line.startswith("epoch=")]
+    # From the step its workers saved together as they stopped, not from the last backup.
+    last = int(stopped_at[-1].split()[0].removeprefix("epoch="))
+    assert resumed[0].startswith((f"epoch={last} ", f"epoch={last + 1} ")), (stopped_at, resumed)
+    checkpoints = cluster.http.get(f"/jobs/{low}/checkpoints", params={"include_deleted": True})
+    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert max(steps) == epochs * STEPS_PER_EPOCH  # none lost, none run twice
+    wait_no_processes(low, server=cluster.url)

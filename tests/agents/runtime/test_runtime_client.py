@@ -12,6 +12,7 @@ import pytest
 
 from agents.runtime.client import (
     ConnectError,
+    Connection,
     address_towards,
     coordinator_address,
     pid_alive,
@@ -48,3 +49,43 @@ def test_a_dead_predecessor_is_told_from_a_live_one() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert not pid_alive(gone.pid)
+
+
+class FlakyServer:
+    """Answers the detach with the given outcomes in turn (None: accepted)."""
+
+    def __init__(self, *outcomes: Exception | None) -> None:
+        self.outcomes = list(outcomes)
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, method: str, path: str, body: object = None) -> None:
+        self.calls.append((method, path))
+        outcome = self.outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+
+def connection_to(server: FlakyServer) -> Connection:
+    connection = Connection(server="http://x", token=None, job_id=7, session=2, heartbeat_seconds=5)
+    connection.request = server  # type: ignore[method-assign]
+    return connection
+
+
+def test_a_detach_the_server_could_not_take_is_tried_again() -> None:
+    server = FlakyServer(ConnectError("busy", 503), OSError("restarting"), None)
+    connection_to(server).disconnect(pauses=(0, 0, 0, 0))
+    assert server.calls == [("DELETE", "/jobs/7/client/2")] * 3
+
+
+def test_a_detach_refused_for_good_is_not_tried_again() -> None:
+    server = FlakyServer(ConnectError("taken over", 409))
+    connection_to(server).disconnect(pauses=(0, 0))
+    assert len(server.calls) == 1
+
+
+def test_a_detach_gives_up_after_its_pauses_and_only_once() -> None:
+    server = FlakyServer(*[ConnectError("down", 502)] * 3)
+    connection = connection_to(server)
+    connection.disconnect(pauses=(0, 0))
+    connection.disconnect(pauses=(0, 0))  # atexit after the notebook's own call
+    assert len(server.calls) == 3

@@ -68,7 +68,9 @@ class SlurmServer:
 # down its arguments and environment, then waits like an agent (until Slurm ends the job).
 STAND_IN_AGENT = (
     '/bin/sh -c \'printf "%s\\n" "$@" > {dir}/$SLURMD_NODENAME.args; '
-    "env > {dir}/$SLURMD_NODENAME.env; exec sleep 600' agent"
+    # The env file appears whole (a test waits for it to exist, then reads it).
+    "env > {dir}/$SLURMD_NODENAME.part; mv {dir}/$SLURMD_NODENAME.part {dir}/$SLURMD_NODENAME.env; "
+    "exec sleep 600' agent"
 )
 
 
