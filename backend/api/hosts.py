@@ -20,6 +20,7 @@ from backend.api.deps import (
 )
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
+from backend.auth import Principal
 from backend.cluster import service
 from backend.cluster.schemas import ClusterRead
 from backend.cluster.visibility import hide_other_projects
@@ -47,6 +48,22 @@ async def list_hosts(session: SessionDep, usage: UsageDep, _: SignedInPrincipal)
     return usage.annotate_hosts(hosts)
 
 
+async def set_draining(
+    tx: Transaction, name: str, draining: bool, principal: Principal, source: str | None
+) -> HostRead:
+    """Drain or undrain the host, audited; the host as it reads afterwards."""
+    host = await service.set_draining(session=tx.session, name=name, draining=draining)
+    await audit.record(
+        session=tx.session,
+        principal=principal,
+        source=source,
+        action=AuditAction.host_drain if draining else AuditAction.host_undrain,
+        target=f"host {name}",
+    )
+    live = await service.live_tasks_by_host(session=tx.session)
+    return service.host_read(host, live.get(host.id, 0))
+
+
 @router.post("/hosts/{name}/drain", response_model=HostRead, responses=error_responses(404))
 async def drain_host(
     name: HostName,
@@ -69,17 +86,8 @@ async def drain_host(
     drain is complete when its `live_tasks` is 0."""
 
     async def change(tx: Transaction) -> tuple[HostRead, list[int]]:
-        host = await service.set_draining(session=tx.session, name=name, draining=True)
-        await audit.record(
-            session=tx.session,
-            principal=principal,
-            source=source,
-            action=AuditAction.host_drain,
-            target=f"host {name}",
-        )
-        jobs = await jobs_on(tx.session, name)
-        live = await service.live_tasks_by_host(session=tx.session)
-        return service.host_read(host, live.get(host.id, 0)), jobs
+        host = await set_draining(tx, name, True, principal, source)
+        return host, await jobs_on(tx.session, name)
 
     host, jobs = await controller.apply(change)
     deadline = min(deadline_seconds, controller.settings.interruption_deadline_seconds)
@@ -97,16 +105,7 @@ async def undrain_host(
     """Put a drained host back in service: it takes tasks again."""
 
     async def change(tx: Transaction) -> HostRead:
-        host = await service.set_draining(session=tx.session, name=name, draining=False)
-        await audit.record(
-            session=tx.session,
-            principal=principal,
-            source=source,
-            action=AuditAction.host_undrain,
-            target=f"host {name}",
-        )
-        live = await service.live_tasks_by_host(session=tx.session)
-        return service.host_read(host, live.get(host.id, 0))
+        return await set_draining(tx, name, False, principal, source)
 
     return await controller.apply(change)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from backend.api.audit import ClientSource
 from backend.api.code import get_code_store
@@ -24,6 +26,7 @@ from backend.api.deps import (
 )
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
+from backend.auth import Principal
 from backend.errors import (
     ROUTER_ERRORS,
     Conflict,
@@ -44,6 +47,7 @@ from backend.jobs.spec import (
 )
 from backend.jobs.states import JobStatus
 from backend.scheduling import interruptions, restarts, task_events
+from backend.scheduling.controller import Change, Controller
 from backend.scheduling.quotas import check_priority
 from backend.slurm.admission import admit
 from backend.teams import service as teams_service
@@ -173,59 +177,70 @@ async def read_job(job_id: JobId, session: SessionDep, usage: UsageDep, _: JobRe
     return usage.annotate_job(await queries.read_job(session=session, job_id=job_id))
 
 
-@router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
-async def cancel_job(
-    job_id: JobId,
-    session: SessionDep,
-    controller: ControllerDep,
-    principal: ActorPrincipal,
-    _: JobMember,
-    source: ClientSource,
-) -> JobRead:
-    """Cancel a job that has not finished; its tasks are stopped."""
-    await controller.apply(
-        audit.audited(
-            functools.partial(task_events.request_cancel, job_id=job_id),
-            principal=principal,
-            source=source,
-            action=AuditAction.job_cancel,
-            job_id=job_id,
+@dataclass(frozen=True)
+class AuditedJobChange:
+    """A change to one job by the caller, applied by the controller with its audit record."""
+
+    controller: Controller
+    session: AsyncSession
+    principal: Principal
+    source: str | None
+
+    async def apply(
+        self,
+        job_id: int,
+        change: Change[Any],
+        action: AuditAction,
+        detail: dict[str, Any] | None = None,
+    ) -> JobRead:
+        """The job as it reads once the change is committed."""
+        await self.controller.apply(
+            audit.audited(
+                change,
+                principal=self.principal,
+                source=self.source,
+                action=action,
+                job_id=job_id,
+                detail=detail,
+            )
         )
+        return await queries.read_job(session=self.session, job_id=job_id)
+
+
+async def job_change(
+    controller: ControllerDep, session: SessionDep, principal: ActorPrincipal, source: ClientSource
+) -> AuditedJobChange:
+    return AuditedJobChange(controller, session, principal, source)
+
+
+JobChangeDep = Annotated[AuditedJobChange, Depends(job_change)]
+
+
+@router.post("/{job_id}/cancel", response_model=JobRead, responses=error_responses(404, 409))
+async def cancel_job(job_id: JobId, changes: JobChangeDep, _: JobMember) -> JobRead:
+    """Cancel a job that has not finished; its tasks are stopped."""
+    return await changes.apply(
+        job_id, functools.partial(task_events.request_cancel, job_id=job_id), AuditAction.job_cancel
     )
-    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.post("/{job_id}/restart", response_model=JobRead, responses=error_responses(404, 409))
-async def restart_job(
-    job_id: JobId,
-    session: SessionDep,
-    controller: ControllerDep,
-    principal: ActorPrincipal,
-    _: JobMember,
-    source: ClientSource,
-) -> JobRead:
+async def restart_job(job_id: JobId, changes: JobChangeDep, _: JobMember) -> JobRead:
     """Restart the whole job: every task stops and the job is placed again."""
-    await controller.apply(
-        audit.audited(
-            functools.partial(restarts.request_job_restart, job_id=job_id),
-            principal=principal,
-            source=source,
-            action=AuditAction.job_restart,
-            job_id=job_id,
-        )
+    return await changes.apply(
+        job_id,
+        functools.partial(restarts.request_job_restart, job_id=job_id),
+        AuditAction.job_restart,
     )
-    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.post("/{job_id}/suspend", response_model=JobRead, responses=error_responses(404, 409))
 async def suspend_job(
     job_id: JobId,
     session: SessionDep,
-    controller: ControllerDep,
+    changes: JobChangeDep,
     links: RuntimeLinksDep,
-    principal: ActorPrincipal,
     _: JobMember,
-    source: ClientSource,
     deadline_seconds: Annotated[
         float,
         Query(
@@ -245,39 +260,20 @@ async def suspend_job(
     point = await interruptions.take_checkpoint(
         session=session, links=links, job_id=job_id, deadline=deadline_seconds
     )
-    await controller.apply(
-        audit.audited(
-            functools.partial(interruptions.suspend, job_id=job_id, point=point),
-            principal=principal,
-            source=source,
-            action=AuditAction.job_suspend,
-            job_id=job_id,
-            detail=point.data(),
-        )
+    return await changes.apply(
+        job_id,
+        functools.partial(interruptions.suspend, job_id=job_id, point=point),
+        AuditAction.job_suspend,
+        point.data(),
     )
-    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.post("/{job_id}/resume", response_model=JobRead, responses=error_responses(404, 409))
-async def resume_job(
-    job_id: JobId,
-    session: SessionDep,
-    controller: ControllerDep,
-    principal: ActorPrincipal,
-    _: JobMember,
-    source: ClientSource,
-) -> JobRead:
+async def resume_job(job_id: JobId, changes: JobChangeDep, _: JobMember) -> JobRead:
     """Put a suspended job back in the queue, to continue from where it was suspended."""
-    await controller.apply(
-        audit.audited(
-            functools.partial(interruptions.resume, job_id=job_id),
-            principal=principal,
-            source=source,
-            action=AuditAction.job_resume,
-            job_id=job_id,
-        )
+    return await changes.apply(
+        job_id, functools.partial(interruptions.resume, job_id=job_id), AuditAction.job_resume
     )
-    return await queries.read_job(session=session, job_id=job_id)
 
 
 @router.get(

@@ -30,6 +30,54 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield running
 
 
+def past_third_epoch(cluster: Cluster, job_id: int, lead: str) -> None:
+    cluster.wait_for(
+        job_id,
+        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, lead)),
+        180,
+        "past its third epoch",
+    )
+
+
+def preempt(
+    cluster: Cluster, low: int, name: str, release: Path, reason: str | None = None
+) -> dict[str, Any]:
+    """A 2-GPU job of priority 10 preempts `low`, runs and ends; the preemption's event."""
+    high = cluster.submit(two_gpu_job("default", release) | {"name": name, "priority": 10})["id"]
+    try:
+        cluster.wait_status(high, "running", timeout=180)
+        preempted = cluster.job(low)
+        assert preempted["status"] == "pending"
+        assert reason is None or preempted["reason"] == reason
+        interruptions = [e for e in cluster.events(low) if e["data"].get("interruption")]
+        event: dict[str, Any] = interruptions[-1]
+        assert event["message"].startswith(f"preempted by job {high} ({name}, priority 10)")
+        assert event["data"]["by"] == high
+    finally:
+        release.touch()
+    cluster.wait_status(high, "succeeded", timeout=60)
+    return event
+
+
+def assert_mwm_resumed_where_it_stopped(cluster: Cluster, job_id: int, epochs: int) -> None:
+    """The interrupted MWM job ends with nothing counted against it, its workers' first
+    attempt's last epoch line where the resumed one's first is (or one before)."""
+    first = cluster.http.get(
+        f"/jobs/{job_id}/tasks/worker:0/logs", params={"attempt": 0, "limit": 10000}
+    ).json()["lines"]
+    stopped_at = [line for line in first if line.startswith("epoch=")]
+    done = cluster.wait_status(job_id, "succeeded", timeout=300)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    resumed = [line for line in cluster.logs(job_id, "worker:0") if line.startswith("epoch=")]
+    # Not from the last backup (the start, at most every hour) but from the step it stopped at.
+    last = int(stopped_at[-1].split()[0].removeprefix("epoch="))
+    assert resumed[0].startswith((f"epoch={last} ", f"epoch={last + 1} ")), (stopped_at, resumed)
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
+    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert max(steps) == epochs * STEPS_PER_EPOCH  # none lost, none run twice
+    wait_no_processes(job_id, server=cluster.url)
+
+
 def two_gpu_job(project: str, release: Path) -> dict[str, Any]:
     return {
         "name": "takes-the-gpus",
@@ -50,12 +98,7 @@ def test_a_suspended_ps_job_frees_its_gpus_and_quota_and_resumes_at_the_next_ste
     epochs = 40
     spec = ps_spec("suspended-ps", epochs, project="lab", checkpoint={"every_epochs": 10})
     job_id = cluster.submit(spec)["id"]
-    cluster.wait_for(
-        job_id,
-        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "chief:0")),
-        180,
-        "past its third epoch",
-    )
+    past_third_epoch(cluster, job_id, "chief:0")
 
     answer = cluster.http.post(f"/jobs/{job_id}/suspend", timeout=120)
     assert answer.status_code == 200, answer.text
@@ -105,29 +148,13 @@ def test_a_higher_priority_job_preempts_a_ps_job_which_resumes_from_the_checkpoi
     spec = ps_spec("preempted-ps", epochs, checkpoint={"every_epochs": 10})
     spec["replicas"]["worker"]["gpus"] = 2  # both workers: all four GPUs of the cluster
     low = cluster.submit(spec)["id"]
-    cluster.wait_for(
-        low,
-        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(low, "chief:0")),
-        180,
-        "past its third epoch",
-    )
+    past_third_epoch(cluster, low, "chief:0")
 
-    release = tmp_path / "release"
-    urgent = two_gpu_job("default", release) | {"name": "urgent", "priority": 10}
-    high = cluster.submit(urgent)["id"]
-    try:
-        cluster.wait_status(high, "running", timeout=120)
-        preempted = cluster.job(low)
-        assert preempted["status"] == "pending"
-        assert preempted["reason"] == "needs 4 GPUs on free hosts, cluster has 2 free"
-        event = [e for e in cluster.events(low) if e["data"].get("interruption")][-1]
-        assert event["message"].startswith(f"preempted by job {high} (urgent, priority 10)")
-        assert event["data"]["by"] == high and event["data"]["steps_lost"] == 0
-        step = event["data"]["step"]
-        assert step >= 3 * STEPS_PER_EPOCH
-    finally:
-        release.touch()
-    cluster.wait_status(high, "succeeded", timeout=60)
+    full = "needs 4 GPUs on free hosts, cluster has 2 free"
+    event = preempt(cluster, low, "urgent", tmp_path / "release", reason=full)
+    assert event["data"]["steps_lost"] == 0
+    step = event["data"]["step"]
+    assert step >= 3 * STEPS_PER_EPOCH
 
     done = cluster.wait_status(low, "succeeded", timeout=300)
     assert (done["restart_count"], done["failure_count"]) == (0, 0)
@@ -157,12 +184,7 @@ def test_an_agent_told_to_stop_gives_notice_and_its_job_moves_with_nothing_lost(
     spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
     spec["checkpoint"] = {"every_epochs": 10}
     job_id = cluster.submit(spec)["id"]
-    cluster.wait_for(
-        job_id,
-        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "chief:0")),
-        180,
-        "past its third epoch",
-    )
+    past_third_epoch(cluster, job_id, "chief:0")
     cluster.start_agent("spare", gpus=2, ports="23000-23099")
     cluster.wait_host("spare", "online")
     (leaving,) = cluster.agent_pids()  # local-0, where the job runs
@@ -289,34 +311,15 @@ def test_a_suspended_mwm_job_resumes_at_the_step_its_workers_saved_as_they_stopp
     spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
     spec["checkpoint"] = {"every_epochs": 10, "backup_every_seconds": 3600}  # few backups
     job_id = cluster.submit(spec)["id"]
-    cluster.wait_for(
-        job_id,
-        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(job_id, "worker:0")),
-        180,
-        "past its third epoch",
-    )
+    past_third_epoch(cluster, job_id, "worker:0")
     answer = cluster.http.post(f"/jobs/{job_id}/suspend", timeout=120)
     assert answer.status_code == 200, answer.text
     assert answer.json()["reason"] == (
         "suspended by request; resumes from the backup its workers write together as they stop"
     )
     wait_no_processes(job_id, server=cluster.url)
-    first = cluster.http.get(
-        f"/jobs/{job_id}/tasks/worker:0/logs", params={"attempt": 0, "limit": 10000}
-    ).json()["lines"]
-    stopped_at = [line for line in first if line.startswith("epoch=")]
-
     assert cluster.http.post(f"/jobs/{job_id}/resume").status_code == 200
-    done = cluster.wait_status(job_id, "succeeded", timeout=300)
-    assert (done["restart_count"], done["failure_count"]) == (0, 0)
-    resumed = [line for line in cluster.logs(job_id, "worker:0") if line.startswith("epoch=")]
-    # Not from the last backup (the start, at most every hour) but from the step it stopped at.
-    last = int(stopped_at[-1].split()[0].removeprefix("epoch="))
-    assert resumed[0].startswith((f"epoch={last} ", f"epoch={last + 1} ")), (stopped_at, resumed)
-    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
-    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
-    assert max(steps) == epochs * STEPS_PER_EPOCH  # none lost, none run twice
-    wait_no_processes(job_id, server=cluster.url)
+    assert_mwm_resumed_where_it_stopped(cluster, job_id, epochs)
 
 
 def test_a_higher_priority_job_preempts_an_mwm_job_which_resumes_at_the_step_it_saved(
@@ -329,38 +332,7 @@ def test_a_higher_priority_job_preempts_an_mwm_job_which_resumes_at_the_step_it_
     spec["replicas"]["worker"]["gpus"] = 2  # both workers: all four GPUs of the cluster
     spec["checkpoint"] = {"every_epochs": 10, "backup_every_seconds": 3600}  # few backups
     low = cluster.submit(spec)["id"]
-    cluster.wait_for(
-        low,
-        lambda _: any(line.startswith("epoch=3 ") for line in cluster.logs(low, "worker:0")),
-        180,
-        "past its third epoch",
-    )
+    past_third_epoch(cluster, low, "worker:0")
 
-    release = tmp_path / "release"
-    urgent = two_gpu_job("default", release) | {"name": "urgent-over-mwm", "priority": 10}
-    high = cluster.submit(urgent)["id"]
-    try:
-        cluster.wait_status(high, "running", timeout=180)
-        preempted = cluster.job(low)
-        assert preempted["status"] == "pending"
-        event = [e for e in cluster.events(low) if e["data"].get("interruption")][-1]
-        assert event["message"].startswith(f"preempted by job {high} (urgent-over-mwm, priority")
-        assert event["data"]["by"] == high
-    finally:
-        release.touch()
-    cluster.wait_status(high, "succeeded", timeout=60)
-    first = cluster.http.get(
-        f"/jobs/{low}/tasks/worker:0/logs", params={"attempt": 0, "limit": 10000}
-    ).json()["lines"]
-    stopped_at = [line for line in first if line.startswith("epoch=")]
-
-    done = cluster.wait_status(low, "succeeded", timeout=300)
-    assert (done["restart_count"], done["failure_count"]) == (0, 0)
-    resumed = [line for line in cluster.logs(low, "worker:0") if line.startswith("epoch=")]
-    # From the step its workers saved together as they stopped, not from the last backup.
-    last = int(stopped_at[-1].split()[0].removeprefix("epoch="))
-    assert resumed[0].startswith((f"epoch={last} ", f"epoch={last + 1} ")), (stopped_at, resumed)
-    checkpoints = cluster.http.get(f"/jobs/{low}/checkpoints", params={"include_deleted": True})
-    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
-    assert max(steps) == epochs * STEPS_PER_EPOCH  # none lost, none run twice
-    wait_no_processes(low, server=cluster.url)
+    preempt(cluster, low, "urgent-over-mwm", tmp_path / "release")
+    assert_mwm_resumed_where_it_stopped(cluster, low, epochs)
