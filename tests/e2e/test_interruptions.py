@@ -167,7 +167,9 @@ def test_a_higher_priority_job_preempts_a_ps_job_which_resumes_from_the_checkpoi
 
 @pytest.fixture(scope="module")
 def one_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with local_cluster(tmp_path_factory.mktemp("notice") / "data", agents=1) as running:
+    # A notice long enough for a checkpoint on a loaded machine; it ends when the tasks do.
+    notice = {"STRATA_AGENT_NOTICE": "60"}
+    with local_cluster(tmp_path_factory.mktemp("notice") / "data", agents=1, env=notice) as running:
         try:
             yield running
         finally:
@@ -199,7 +201,7 @@ def test_an_agent_told_to_stop_gives_notice_and_its_job_moves_with_nothing_lost(
     assert (moved["restart_count"], moved["failure_count"]) == (0, 0)
     event = [e for e in cluster.events(job_id) if e["data"].get("interruption")][-1]
     assert event["message"].startswith("local-0 is leaving (its agent was told to stop)")
-    assert (event["data"]["host"], event["data"]["steps_lost"]) == ("local-0", 0)
+    assert (event["data"]["host"], event["data"]["steps_lost"]) == ("local-0", 0), event
     step = event["data"]["step"]
     assert step >= 3 * STEPS_PER_EPOCH
 

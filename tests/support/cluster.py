@@ -160,18 +160,23 @@ def wait_no_processes(job_id: int, *, server: str, timeout: float = 30) -> None:
 
 @contextlib.contextmanager
 def local_cluster(
-    data_dir: Path, agents: int = 2, gpus_per_agent: int = 2, database_url: str | None = None
+    data_dir: Path,
+    agents: int = 2,
+    gpus_per_agent: int = 2,
+    database_url: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Cluster]:
     """`strata up` with its own tokens and data dir on a free port (SQLite unless a database
-    URL is given)."""
+    URL is given); `env` adds to the environment it and its agents start with."""
     port = free_port()
     admin, agent = "e2e-admin-token", "e2e-agent-token"
-    env = {
+    environment = {
         **os.environ,
         "STRATA_API_TOKEN": admin,
         "STRATA_AGENT_TOKEN": agent,
         "STRATA_HEARTBEAT_TIMEOUT_SECONDS": "4",
         "STRATA_STOP_GRACE_SECONDS": "5",
+        **(env or {}),
     }
     data_dir.mkdir(parents=True, exist_ok=True)
     log = (data_dir / "up.log").open("ab")
@@ -191,7 +196,7 @@ def local_cluster(
             str(REPO),
             *(["--db", database_url] if database_url else []),
         ],
-        env=env,
+        env=environment,
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=REPO,
