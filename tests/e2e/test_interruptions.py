@@ -180,7 +180,7 @@ def test_an_agent_told_to_stop_gives_notice_and_its_job_moves_with_nothing_lost(
     one_agent: Cluster,
 ) -> None:
     cluster = one_agent
-    epochs = 40
+    epochs = 120  # still training once the spare agent is up
     spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mirrored.yaml").read_text())
     spec["name"] = "moved-by-notice"
     spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
@@ -232,7 +232,7 @@ def placed(job: dict[str, Any]) -> dict[str, tuple[str | None, int]]:
 
 def test_a_drained_host_s_workers_move_and_the_ps_serves_on(gpu_and_cpu_hosts: Cluster) -> None:
     cluster = gpu_and_cpu_hosts
-    epochs = 40
+    epochs = 120  # still training once the spare agent is up
     job_id = cluster.submit(ps_spec("drained-workers", epochs, checkpoint={"every_epochs": 10}))[
         "id"
     ]
