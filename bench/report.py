@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import REPO, RESULTS
-from bench.report_ab import EXPERIMENTS, ab_rows, ab_section
+from bench.report_ab import ab_rows
+from bench.report_ab_page import EXPERIMENTS, ab_section
 from bench.report_client import client_rows, client_section
 from bench.report_control import (
     control_notes,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report_ab import ab_rows, ab_section, control_cores_per_task, runtime_share
+from bench.report_ab import ab_rows, control_cores_per_task, runtime_share
+from bench.report_ab_page import ab_section
 
 
 def one(median: float) -> dict[str, float]:
