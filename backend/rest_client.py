@@ -258,9 +258,18 @@ class StrataClient:
         return self._request("POST", "/projects", TypeAdapter(ProjectRead), json=body)
 
     def set_quota(
-        self, project: str, *, max_gpus: int | None, max_priority: int | None
+        self,
+        project: str,
+        *,
+        max_gpus: int | None,
+        max_priority: int | None,
+        may_preempt_other_projects: bool = True,
     ) -> ProjectQuotaRead:
-        body = {"max_gpus": max_gpus, "max_priority": max_priority}
+        body = {
+            "max_gpus": max_gpus,
+            "max_priority": max_priority,
+            "may_preempt_other_projects": may_preempt_other_projects,
+        }
         return self._request(
             "PUT", f"/projects/{project}/quota", TypeAdapter(ProjectQuotaRead), json=body
         )

@@ -338,6 +338,7 @@ def _project_read(project: Project, role: ProjectRole) -> ProjectRead:
         created_at=project.created_at,
         max_gpus=project.max_gpus,
         max_priority=project.max_priority,
+        may_preempt_other_projects=project.may_preempt_other_projects,
         slurm_account=project.slurm_account,
         role=role,
     )

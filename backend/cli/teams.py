@@ -145,6 +145,13 @@ def projects_quota(
         str | None,
         typer.Option("--max-priority", help="The highest priority its jobs may ask for; none."),
     ] = None,
+    preempt_other_projects: Annotated[
+        bool | None,
+        typer.Option(
+            "--preempt-other-projects/--no-preempt-other-projects",
+            help="Whether its jobs may preempt other projects' jobs of lower priority.",
+        ),
+    ] = None,
     server: ServerOption = None,
     token: TokenOption = None,
 ) -> None:
@@ -155,15 +162,24 @@ def projects_quota(
     with connect(server, token) as client:
         current = client.project(name)
         shown = (current.max_gpus, current.max_priority)
-        if gpus is not None or priority is not None:
+        preempts = current.may_preempt_other_projects
+        if gpus is not None or priority is not None or preempt_other_projects is not None:
             quota = client.set_quota(
                 name,
                 max_gpus=current.max_gpus if gpus is None else gpus[0],
                 max_priority=current.max_priority if priority is None else priority[0],
+                may_preempt_other_projects=(
+                    preempts if preempt_other_projects is None else preempt_other_projects
+                ),
             )
             shown = (quota.max_gpus, quota.max_priority)
+            preempts = quota.may_preempt_other_projects
     gpus_text, priority_text = ("no limit" if v is None else str(v) for v in shown)
-    console.print(f"project {escape(name)}: max GPUs {gpus_text}, max priority {priority_text}")
+    others = "may" if preempts else "may not"
+    console.print(
+        f"project {escape(name)}: max GPUs {gpus_text}, max priority {priority_text}, "
+        f"{others} preempt other projects"
+    )
 
 
 def members_ls(

@@ -29,6 +29,7 @@ class HeldPlace:
 class Candidate:
     job_id: int
     priority: int
+    project_id: int
     places: tuple[HeldPlace, ...]
     loses_work: bool = False  # it cannot checkpoint at any step (multi_worker_mirrored)
 

@@ -100,6 +100,11 @@ class ProjectQuota(BaseModel):
     max_priority: Annotated[int, Field(ge=-100, le=100)] | None = Field(
         default=None, description="The highest priority a job of the project may ask for."
     )
+    may_preempt_other_projects: bool = Field(
+        default=True,
+        description="Whether the project's jobs may preempt other projects' running jobs of "
+        "lower priority (within its GPU quota). Its own jobs of lower priority, always.",
+    )
 
 
 class ProjectQuotaRead(ProjectQuota):
@@ -108,6 +113,11 @@ class ProjectQuotaRead(ProjectQuota):
 
 def set_quota(*, project: Project, quota: ProjectQuota) -> ProjectQuota:
     """Replace the project's quotas; returns what they were."""
-    before = ProjectQuota(max_gpus=project.max_gpus, max_priority=project.max_priority)
+    before = ProjectQuota(
+        max_gpus=project.max_gpus,
+        max_priority=project.max_priority,
+        may_preempt_other_projects=project.may_preempt_other_projects,
+    )
     project.max_gpus, project.max_priority = quota.max_gpus, quota.max_priority
+    project.may_preempt_other_projects = quota.may_preempt_other_projects
     return before

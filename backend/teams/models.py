@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Enum, ForeignKey, Integer, String, Text
+from sqlalchemy import Boolean, Enum, ForeignKey, Integer, String, Text, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.db import Base, UTCDateTime, utcnow
@@ -35,6 +35,10 @@ class Project(Base):
     # Quotas on the native backend; null is no limit.
     max_gpus: Mapped[int | None] = mapped_column(Integer)
     max_priority: Mapped[int | None] = mapped_column(Integer)
+    # Whether its jobs may preempt other projects' jobs of lower priority (its own, always).
+    may_preempt_other_projects: Mapped[bool] = mapped_column(
+        Boolean, default=True, server_default=true()
+    )
     # The Slurm account the project's Slurm jobs are charged to (Slurm's limits apply there).
     slurm_account: Mapped[str | None] = mapped_column(String(64))
 

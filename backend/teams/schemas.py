@@ -88,6 +88,9 @@ class ProjectRead(BaseModel):
     created_at: datetime
     max_gpus: int | None = Field(description="GPUs its jobs may hold at once; null: no limit.")
     max_priority: int | None = Field(description="The highest priority its jobs may ask for.")
+    may_preempt_other_projects: bool = Field(
+        description="Whether its jobs may preempt other projects' jobs of lower priority."
+    )
     slurm_account: str | None
     role: ProjectRole = Field(description="Your role in it (admin for an admin token).")
 

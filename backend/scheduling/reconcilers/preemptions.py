@@ -1,6 +1,7 @@
 """Priority preemption: the pending job of highest priority that fits nowhere (its quota
 allowing it) interrupts the running jobs of lower priority that make room for it
-(`scheduling/preemption.py` chooses them). Their interruptions run outside the pass
+(`scheduling/preemption.py` chooses them), other projects' jobs only where its project may
+preempt them (`may_preempt_other_projects`). Their interruptions run outside the pass
 (`Interrupter`); the job waits until what they ran has stopped, then PendingJobs places it
 first. One plan at a time: its victims are spoken for until it is placed or gone."""
 
@@ -23,6 +24,7 @@ from backend.scheduling.placement import TaskNeed
 from backend.scheduling.preemption import Candidate, HeldPlace, fits, plan_preemption
 from backend.scheduling.quotas import GpuQuotas
 from backend.scheduling.transaction import Transaction
+from backend.teams.models import Project
 
 # Pending jobs of higher priority a pass tries to make room for, the highest first.
 PLANS_TRIED_PER_PASS = 10
@@ -93,6 +95,14 @@ class Preemptions:
         candidates = [c for c in candidates if c.places]
         if not candidates:
             return
+        own_only = set(
+            await session.scalars(
+                select(Project.id).where(
+                    Project.id.in_({job.project_id for job in pending}),
+                    Project.may_preempt_other_projects.is_(False),
+                )
+            )
+        )
         hosts = PassHosts.of(await tx.agents.capacities(session), tx.agents).unbound
         quotas = await GpuQuotas.load(session, uncounted=tx.executors.uncounted_jobs())
         for job in pending:
@@ -108,9 +118,10 @@ class Preemptions:
                 continue  # its quota holds it, not the room
             if fits(needs, hosts, [], spec.image):
                 continue  # room enough already: PendingJobs places it
-            chosen = plan_preemption(
-                needs, hosts, candidates, priority=job.priority, image=spec.image
-            )
+            allowed = candidates
+            if job.project_id in own_only:
+                allowed = [c for c in candidates if c.project_id == job.project_id]
+            chosen = plan_preemption(needs, hosts, allowed, priority=job.priority, image=spec.image)
             if chosen is None:
                 continue
             plans[job.id] = {c.job_id for c in chosen}
@@ -128,6 +139,7 @@ def candidate(job: Job) -> Candidate:
     return Candidate(
         job_id=job.id,
         priority=job.priority,
+        project_id=job.project_id,
         places=tuple(
             HeldPlace(t.host_id, tuple(t.gpu_indices or ()), t.port)
             for t in live

@@ -1834,6 +1834,11 @@ export interface components {
              * @description The highest priority its jobs may ask for.
              */
             max_priority: number | null;
+            /**
+             * May Preempt Other Projects
+             * @description Whether its jobs may preempt other projects' jobs of lower priority.
+             */
+            may_preempt_other_projects: boolean;
             /** Members */
             members: components["schemas"]["MemberRead"][];
             /** Name */
@@ -1858,6 +1863,12 @@ export interface components {
              * @description The highest priority a job of the project may ask for.
              */
             max_priority?: number | null;
+            /**
+             * May Preempt Other Projects
+             * @description Whether the project's jobs may preempt other projects' running jobs of lower priority (within its GPU quota). Its own jobs of lower priority, always.
+             * @default true
+             */
+            may_preempt_other_projects: boolean;
         };
         /** ProjectQuotaRead */
         ProjectQuotaRead: {
@@ -1871,6 +1882,12 @@ export interface components {
              * @description The highest priority a job of the project may ask for.
              */
             max_priority?: number | null;
+            /**
+             * May Preempt Other Projects
+             * @description Whether the project's jobs may preempt other projects' running jobs of lower priority (within its GPU quota). Its own jobs of lower priority, always.
+             * @default true
+             */
+            may_preempt_other_projects: boolean;
             /** Project */
             project: string;
         };
@@ -1895,6 +1912,11 @@ export interface components {
              * @description The highest priority its jobs may ask for.
              */
             max_priority: number | null;
+            /**
+             * May Preempt Other Projects
+             * @description Whether its jobs may preempt other projects' jobs of lower priority.
+             */
+            may_preempt_other_projects: boolean;
             /** Name */
             name: string;
             /** @description Your role in it (admin for an admin token). */

@@ -1,5 +1,6 @@
-"""`strata projects quota NAME [--max-gpus N|none] [--max-priority P|none]` against a real
-server process: shows the quotas, sets only those given, clears one with `none`."""
+"""`strata projects quota NAME [--max-gpus N|none] [--max-priority P|none]
+[--[no-]preempt-other-projects]` against a real server process: shows the quotas, sets only
+those given, clears one with `none`."""
 
 from __future__ import annotations
 
@@ -35,10 +36,19 @@ def test_quotas_are_shown_set_one_at_a_time_and_cleared(server_url: str) -> None
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
-    assert quota() == "project default: max GPUs no limit, max priority no limit"
-    assert quota("--max-gpus", "8") == "project default: max GPUs 8, max priority no limit"
-    assert quota("--max-priority", "10") == "project default: max GPUs 8, max priority 10"
-    assert quota("--max-gpus", "none") == "project default: max GPUs no limit, max priority 10"
+    others = ", may preempt other projects"
+    assert quota() == "project default: max GPUs no limit, max priority no limit" + others
+    assert quota("--max-gpus", "8") == "project default: max GPUs 8, max priority no limit" + others
+    assert quota("--max-priority", "10") == "project default: max GPUs 8, max priority 10" + others
+    assert quota("--no-preempt-other-projects") == (
+        "project default: max GPUs 8, max priority 10, may not preempt other projects"
+    )
+    assert quota("--max-gpus", "none") == (
+        "project default: max GPUs no limit, max priority 10, may not preempt other projects"
+    )
+    assert quota("--preempt-other-projects") == (
+        "project default: max GPUs no limit, max priority 10" + others
+    )
     listed = strata("projects", "ls", url=server_url).stdout
     assert "default" in listed and " 10 " in listed
 

@@ -24,6 +24,7 @@ def running(
     return Candidate(
         job_id=job_id,
         priority=priority,
+        project_id=1,
         places=tuple(HeldPlace(h, gpus, port) for h, gpus, port in places),
         **kw,
     )

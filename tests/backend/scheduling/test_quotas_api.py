@@ -1,5 +1,6 @@
-"""Setting a project's quotas (`PUT /projects/{name}/quota`: admin tokens only, recorded in
-the audit trail) and the priority quota at submission (a 422 naming both numbers)."""
+"""Setting a project's quotas and whether its jobs may preempt other projects' (`PUT
+/projects/{name}/quota`: admin tokens only, recorded in the audit trail) and the priority
+quota at submission (a 422 naming both numbers)."""
 
 from __future__ import annotations
 
@@ -14,32 +15,21 @@ def bearer(token: str) -> dict[str, str]:
 
 
 async def test_an_admin_token_sets_a_quota_and_it_is_recorded(api: Api) -> None:
-    answer = await api.http.put("/projects/default/quota", json={"max_gpus": 8, "max_priority": 10})
+    quota = {"max_gpus": 8, "max_priority": 10, "may_preempt_other_projects": False}
+    answer = await api.http.put("/projects/default/quota", json=quota)
     assert answer.status_code == 200, answer.text
-    assert answer.json() == {"project": "default", "max_gpus": 8, "max_priority": 10}
+    assert answer.json() == {"project": "default", **quota}
+    project = (await api.http.get("/projects/default")).json()
+    assert project["may_preempt_other_projects"] is False
+    # A PUT replaces the quotas: what it leaves out goes back to its default.
     again = await api.http.put("/projects/default/quota", json={"max_gpus": None})
-    assert again.json() == {"project": "default", "max_gpus": None, "max_priority": None}
+    cleared = {"max_gpus": None, "max_priority": None, "may_preempt_other_projects": True}
+    assert again.json() == {"project": "default", **cleared}
 
     entries = (await api.http.get("/audit", params={"action": "quota.set"})).json()["items"]
     assert [(e["project"], e["target"], e["detail"]) for e in entries] == [
-        (
-            "default",
-            "project default",
-            {
-                "max_gpus": None,
-                "max_priority": None,
-                "before": {"max_gpus": 8, "max_priority": 10},
-            },
-        ),
-        (
-            "default",
-            "project default",
-            {
-                "max_gpus": 8,
-                "max_priority": 10,
-                "before": {"max_gpus": None, "max_priority": None},
-            },
-        ),
+        ("default", "project default", {**cleared, "before": quota}),
+        ("default", "project default", {**quota, "before": cleared}),
     ]
 
 
@@ -56,6 +46,7 @@ async def test_only_an_admin_token_sets_quotas(api: Api) -> None:
     for body, field in (
         ({"max_gpus": -1}, "max_gpus"),
         ({"max_priority": 101}, "max_priority"),
+        ({"may_preempt_other_projects": "sometimes"}, "may_preempt_other_projects"),
         ({"max_cpus": 3}, "max_cpus"),
     ):
         bad = await api.http.put("/projects/vision/quota", json=body)

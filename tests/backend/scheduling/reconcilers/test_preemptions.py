@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import functools
 
+import pytest
+
+from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
 from backend.scheduling.interruptions import ResumePoint, preempt
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
 from backend.scheduling.reconcilers.preemptions import Preemptions
 from backend.scheduling.transaction import Transaction
+from backend.teams.models import Project
 from tests.backend.scheduling.reconcilers.conftest import World
 
 
@@ -109,3 +113,31 @@ async def test_a_preempted_job_is_not_placed_before_the_job_it_made_room_for(
         JobStatus.pending,
         "preempted for job 99: waiting until it is placed",
     )
+
+
+async def in_project(world: World, job_id: int, project_id: int) -> None:
+    async with world.sessions() as session:
+        (await session.get_one(Job, job_id)).project_id = project_id
+        await session.commit()
+
+
+@pytest.mark.parametrize("may_preempt_other_projects", [True, False])
+async def test_a_project_that_may_not_preempt_other_projects_preempts_only_its_own_jobs(
+    world: World, may_preempt_other_projects: bool
+) -> None:
+    await world.host("host-a", gpus=2)
+    async with world.sessions() as session:
+        vision = Project(name="vision", may_preempt_other_projects=may_preempt_other_projects)
+        session.add(vision)
+        await session.commit()
+        vision_id = vision.id
+    # Another project's job of the lowest priority: the first choice wherever it may be taken.
+    theirs = await world.running("mirrored", **one_chief(1, priority=-1))
+    ours = await world.running("mirrored", **one_chief(1))
+    await in_project(world, ours.id, vision_id)
+    high = await world.job("mirrored", **one_chief(1, priority=5))
+    await in_project(world, high, vision_id)
+    interrupter = RecordingInterrupter()
+    await a_pass(world, interrupter)
+    victim = theirs.id if may_preempt_other_projects else ours.id
+    assert interrupter.asked == [(victim, high)]
