@@ -4,7 +4,7 @@ import { getToken, signalUnauthorized } from "./auth";
 import type { paths } from "./schema";
 import type { ErrorBody, FieldIssue } from "./types";
 
-type Method = "get" | "post";
+type Method = "get" | "post" | "delete";
 type Op<P extends keyof paths, M extends Method> = paths[P][M];
 type Success<O> = O extends { responses: infer R }
   ? R extends { 200: { content: { "application/json": infer T } } }
@@ -109,6 +109,9 @@ export const api = {
   },
   post<P extends PathsWith<"post">>(path: P, options: RequestOptions<Op<P, "post">> = {}) {
     return request("post", path, options) as Promise<Success<Op<P, "post">>>;
+  },
+  delete<P extends PathsWith<"delete">>(path: P, options: RequestOptions<Op<P, "delete">> = {}) {
+    return request("delete", path, options) as Promise<Success<Op<P, "delete">>>;
   },
 };
 

@@ -14,6 +14,8 @@ export type JobEvent = Schemas["JobEventRead"];
 export type Checkpoint = Schemas["CheckpointRead"];
 export type CheckpointNow = Schemas["CheckpointNow"];
 export type Cluster = Schemas["ClusterRead"];
+/** A host as GET /hosts reads it: with its drain state (draining_since, live_tasks). */
+export type Host = Schemas["HostRead"];
 export type HostUsage = Schemas["HostUsage"];
 export type DeviceUsage = Schemas["DeviceUsage"];
 export type TaskRef = Schemas["TaskRef"];

@@ -1,4 +1,5 @@
-// What the job page's actions did: pending ones with their age, finished ones dismissable.
+// What a page's actions (the job's controls, a host's drain) did: pending ones with their age,
+// finished ones dismissable.
 import { shownOutcomes, type Outcome } from "../data/outcomes";
 
 export function ActionOutcomes({ outcomes, now, dismiss }: { outcomes: Outcome[]; now: number; dismiss: (id: number) => void }) {

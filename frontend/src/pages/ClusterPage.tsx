@@ -1,40 +1,71 @@
-// The cluster: hosts with their health and heartbeat age, their devices and which task holds
-// each, refreshed every few seconds and whenever a job event arrives.
+// The cluster: hosts with their health, drain state and heartbeat age, their devices and which
+// task holds each, refreshed every few seconds and whenever a job event arrives; an admin
+// drains a host or puts it back in service from its card.
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { getAccess, onAccess } from "../api/access";
 import { ApiError, api, websocketUrl } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
-import type { Cluster, HostUsage } from "../api/types";
+import type { Cluster, Host, HostUsage } from "../api/types";
+import { ActionOutcomes } from "../components/ActionOutcomes";
 import { Empty, ErrorState, Loading, StatusBadge } from "../components/common";
+import { DrainBadge, DrainButton } from "../components/HostDrain";
 import { GpuUsage, TaskUsage, taskFigures } from "../components/Usage";
+import { drainState, hostControlsReadOnly } from "../data/hostDrain";
 import { debounce } from "../data/schedule";
+import { type HostDrain, useHostDrain } from "../hooks/useHostDrain";
 import { StreamClient } from "../stream/client";
 import { setConnection } from "../ui/connection";
 import { duration } from "../ui/format";
-import { useNow } from "../ui/hooks";
+import { useNow, useSubscription } from "../ui/hooks";
 import { href } from "../ui/router";
 
 const POLL_MS = 3_000;
 
 export function ClusterPage() {
   const [cluster, setCluster] = useState<Cluster | null>(null);
+  // GET /hosts by name: the drain state, which the cluster board does not carry.
+  const [hosts, setHosts] = useState<Map<string, Host>>(new Map());
   const [loadedAt, setLoadedAt] = useState(0);
   const [error, setError] = useState<ApiError | null>(null);
   const now = useNow(1000);
+  useSubscription(onAccess);
   const inFlight = useRef(false);
+  const again = useRef(false);
+  const drainAnswers = useRef(0);
 
   const load = useCallback(async () => {
-    if (inFlight.current) return;
+    if (inFlight.current) {
+      again.current = true; // a read asked for after a change must not be dropped
+      return;
+    }
     inFlight.current = true;
+    const answersBefore = drainAnswers.current;
     try {
-      setCluster(await api.get("/cluster"));
+      const [board, found] = await Promise.all([api.get("/cluster"), api.get("/hosts")]);
+      setCluster(board);
+      // A drain answered while this read was under way is newer than what it read.
+      if (drainAnswers.current === answersBefore) setHosts(new Map(found.map((h) => [h.name, h])));
       setLoadedAt(Date.now());
       setError(null);
     } catch (e) {
       setError(e instanceof ApiError ? e : new ApiError(0, null, String(e)));
     } finally {
       inFlight.current = false;
+      if (again.current) {
+        again.current = false;
+        void load();
+      }
     }
   }, []);
+
+  const drain = useHostDrain(
+    () => void load(),
+    (host) => {
+      drainAnswers.current += 1;
+      setHosts((known) => new Map(known).set(host.name, host));
+    },
+  );
+  const readOnlyWhy = hostControlsReadOnly(getAccess());
 
   useEffect(() => {
     void load();
@@ -77,6 +108,7 @@ export function ClusterPage() {
         <div class="grow" />
         {error ? <span class="error-text" style={{ fontSize: "13px" }}>Refresh failed: {error.detail}</span> : null}
       </div>
+      <ActionOutcomes outcomes={drain.outcomes} now={now} dismiss={drain.dismiss} />
       <div class="totals">
         <Stat label="Hosts online" value={`${totals.online_hosts} / ${totals.hosts}`} />
         <Stat label="GPUs free" value={`${totals.free_gpus} / ${totals.gpus}`} bar={totals.gpus ? (totals.gpus - totals.free_gpus) / totals.gpus : 0} />
@@ -90,7 +122,14 @@ export function ClusterPage() {
       ) : (
         <div class="host-cards">
           {cluster.hosts.map((host) => (
-            <HostCard key={host.name} host={host} age={host.heartbeat_age_seconds + (host.status === "online" ? drift : 0)} />
+            <HostCard
+              key={host.name}
+              host={host}
+              drainable={hosts.get(host.name)}
+              drain={drain}
+              readOnlyWhy={readOnlyWhy}
+              age={host.heartbeat_age_seconds + (host.status === "online" ? drift : 0)}
+            />
           ))}
         </div>
       )}
@@ -138,19 +177,42 @@ function EngineTag({ engine }: { engine: HostUsage["engine"] }) {
   );
 }
 
-function HostCard({ host, age }: { host: HostUsage; age: number }) {
+function HostCard({
+  host,
+  drainable,
+  drain,
+  readOnlyWhy,
+  age,
+}: {
+  host: HostUsage;
+  /** The host as GET /hosts read it; undefined until read. */
+  drainable: Host | undefined;
+  drain: HostDrain;
+  readOnlyWhy: string | null;
+  age: number;
+}) {
   const gpus = host.devices;
   const cpuTasks = host.tasks.filter((t) => t.gpus.length === 0);
   return (
-    <section class="card" data-testid="host-card" data-host={host.name} data-status={host.status}>
+    <section class="card" data-testid="host-card" data-host={host.name} data-status={host.status} data-drain={drainable ? drainState(drainable) : undefined}>
       <div class="card-head">
         <h2>{host.name}</h2>
         <StatusBadge status={host.status} testid="host-status" />
+        {drainable ? <DrainBadge host={drainable} /> : null}
         <div class="grow" />
         <EngineTag engine={host.engine} />
         <span class="muted mono" style={{ fontSize: "12px" }}>
           {host.address}
         </span>
+        {drainable ? (
+          <DrainButton
+            host={drainable}
+            busy={drain.busy.has(host.name)}
+            readOnlyWhy={readOnlyWhy}
+            onDrain={(h) => void drain.drain(h)}
+            onUndrain={(h) => void drain.undrain(h)}
+          />
+        ) : null}
       </div>
       <div class="card-body">
         <div class="row" style={{ marginBottom: "10px", fontSize: "13px" }}>
