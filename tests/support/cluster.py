@@ -90,9 +90,11 @@ class Cluster:
         ports: str,
         state_dir: Path | None = None,
         address: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
         """An agent beside the cluster's; its identity is kept in `state_dir` (default:
-        under the data dir, one per name); `address`: where its tasks are reached."""
+        under the data dir, one per name); `address`: where its tasks are reached; `env` adds
+        to its environment."""
         state_dir = state_dir or self.data_dir / "agent-state" / name
         log = (self.data_dir / f"agent-{name}.log").open("ab")
         process = subprocess.Popen(
@@ -113,7 +115,7 @@ class Cluster:
                 str(state_dir),
                 *(["--address", address] if address else []),
             ],
-            env={**os.environ, "STRATA_AGENT_TOKEN": self.agent_token},
+            env={**os.environ, "STRATA_AGENT_TOKEN": self.agent_token, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
