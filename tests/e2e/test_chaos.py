@@ -237,6 +237,6 @@ def test_interruptions_at_random_moments_lose_at_most_a_checkpoint_interval(
     interruptions = [e for e in cluster.events(job_id) if e["data"].get("interruption")]
     assert len(interruptions) >= len(kinds)
     checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
-    steps = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
-    assert max(steps) == epochs * STEPS_PER_EPOCH  # trained to the end, nothing run twice
+    saved = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert max(saved) == epochs * STEPS_PER_EPOCH  # trained to the end, nothing run twice
     wait_no_processes(job_id, server=cluster.url)
