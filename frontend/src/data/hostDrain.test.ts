@@ -50,7 +50,7 @@ describe("what the drain controls ask and report", () => {
     expect(idle.body).toBe("gpu-a takes no new task until it is undrained. Nothing runs there now.");
     expect(idle.confirmLabel).toBe("Drain");
     expect(idle.choice?.initial).toBe("");
-    expect(idle.choice?.options.map((o) => o.value)).toEqual(["", "10", "60", "600", "3600"]);
+    expect(idle.choice?.options.map((o) => o.value)).toEqual(["", "10", "30", "60"]);
     expect(drainConfirm(host({ live_tasks: 1 })).body).toBe(
       "gpu-a takes no new task, and the jobs of its 1 task are checkpointed, then placed elsewhere (no restart counted).",
     );

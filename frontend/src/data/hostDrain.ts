@@ -36,14 +36,13 @@ export function hostControlsReadOnly(access: Access): string | null {
   return access === "user" ? HOSTS_ADMIN_ONLY : null;
 }
 
-/** The drain's `deadline_seconds`; "" sends none (the server's default). The server also caps
- * each job's wait at STRATA_INTERRUPTION_DEADLINE_SECONDS. */
+/** The drain's `deadline_seconds`; "" sends none (the server's default). The server caps each
+ * job's wait at STRATA_INTERRUPTION_DEADLINE_SECONDS (a minute unless set), so none is longer. */
 export const DRAIN_DEADLINES: { value: string; label: string }[] = [
   { value: "", label: "Server default" },
   { value: "10", label: "10 s" },
+  { value: "30", label: "30 s" },
   { value: "60", label: "1 min" },
-  { value: "600", label: "10 min" },
-  { value: "3600", label: "1 h" },
 ];
 
 export function deadlineSeconds(value: string): number | undefined {
