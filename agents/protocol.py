@@ -23,8 +23,8 @@ from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
 # 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage;
-# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping; 8: Leaving
-PROTOCOL_VERSION = 8
+# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping; 8: Leaving; 9: TaskExit.interrupted
+PROTOCOL_VERSION = 9
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -85,6 +85,9 @@ class TaskExit(_Message):
     # Why the task stopped itself for good (agents.runtime.refusal): the job fails with this
     # reason and is not restarted.
     refused: str | None = Field(default=None, max_length=4096)
+    # The task saved on a stop signal and exited (agents.runtime.refusal): an interruption,
+    # which the job resumes from without counting a failure.
+    interrupted: str | None = Field(default=None, max_length=4096)
     log_tail: list[str] = Field(default_factory=list, max_length=50)
     # The task's memory limit in bytes, when the kernel killed a process of the attempt for
     # going over it (StartTask.memory_limit, enforced by the attempt's cgroup).

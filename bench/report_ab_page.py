@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.launch import SERVER
 from bench.report_ab import (
-    SERVER,
     VARIANTS,
     ab_table,
     ratio_between,

@@ -24,7 +24,7 @@ from agents.host.launcher import (
     LaunchError,
     TaskOutput,
     new_termination_file,
-    read_refusal,
+    read_termination,
     resolve_working_dir,
     task_env,
 )
@@ -129,11 +129,13 @@ class ContainerTask:
         self.output.close()
         await asyncio.to_thread(self._run.remove)
         code, died_of = exit_status(status)
+        note = read_termination(self._termination_file)
         return TaskExit(
             key=self.key,
             exit_code=code,
             signal=died_of,
-            refused=read_refusal(self._termination_file),
+            refused=note.refused,
+            interrupted=note.interrupted,
             log_tail=list(self.output.tail),
             over_memory_limit=self._run.plan.memory_limit if oom else None,
         )

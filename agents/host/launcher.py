@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,23 +136,36 @@ def new_termination_file() -> Path:
     return Path(name)
 
 
-def read_refusal(path: Path | None) -> str | None:
-    """The reason the task gave for stopping for good, if it wrote one (then removed)."""
+@dataclass(frozen=True)
+class TaskNote:
+    """What the task wrote about its end before it exited (agents.runtime.refusal)."""
+
+    refused: str | None = None  # why it stopped for good
+    interrupted: str | None = None  # it saved on a stop signal, to be resumed from there
+
+
+def read_termination(path: Path | None) -> TaskNote:
+    """The note the task left in its termination file, if any (the file is then removed)."""
     if path is None:
-        return None
+        return TaskNote()
     try:
         with path.open("rb") as source:
             raw = source.read(MAX_TERMINATION_BYTES)
         path.unlink(missing_ok=True)
     except OSError:
-        return None
-    if not raw:
-        return None
+        return TaskNote()
     try:
-        reason = json.loads(raw.decode("utf-8", "replace")).get("reason")
-    except (ValueError, AttributeError):
-        return None
-    return str(reason)[:4096] if reason else None
+        note = json.loads(raw.decode("utf-8", "replace")) if raw else None
+    except ValueError:
+        return TaskNote()
+    if not isinstance(note, dict):
+        return TaskNote()
+
+    def text(key: str) -> str | None:
+        value = note.get(key)
+        return str(value)[:4096] if value else None
+
+    return TaskNote(refused=text("reason"), interrupted=text("interrupted"))
 
 
 class TaskProcess:
@@ -316,11 +330,13 @@ class TaskProcess:
         self._transport.close()
         self.output.close()
         died_of = -code if code < 0 else None
+        note = read_termination(self._termination_file)
         return TaskExit(
             key=self.key,
             exit_code=128 + died_of if died_of else code,
             signal=died_of,
-            refused=read_refusal(self._termination_file),
+            refused=note.refused,
+            interrupted=note.interrupted,
             log_tail=list(self.output.tail),
             over_memory_limit=over,
             cpu_seconds=usage.cpu_seconds,

@@ -154,12 +154,24 @@ def backup_and_restore(
         def _watch_for_preemption(self) -> None:
             """TensorFlow's PreemptionCheckpointHandler over the backup, as tf_keras builds
             it on GCP only: off it, save_before_preemption is ignored. It catches SIGTERM,
-            agrees on a step with the other workers and backs up there, then exits (42)."""
+            agrees on a step with the other workers and backs up there, then exits (42),
+            telling the agent it was interrupted rather than failed."""
             import tensorflow as tf
+
+            from agents.runtime.refusal import exit_interrupted
+
+            def saved_and_stopping() -> None:
+                exit_interrupted(
+                    "was told to stop and backed up with the other workers at the same step"
+                )
 
             state = self.model._training_state
             handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-                self.model.distribute_strategy.cluster_resolver, state.write_checkpoint_manager
+                self.model.distribute_strategy.cluster_resolver,
+                state.write_checkpoint_manager,
+                termination_config=tf.distribute.experimental.TerminationConfig(
+                    exit_fn=saved_and_stopping
+                ),
             )
             handler._read_checkpoint_manager = state.read_checkpoint_manager
             state.preemption_handler = self.model._preemption_handler = handler

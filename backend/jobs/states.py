@@ -22,6 +22,8 @@ class JobStatus(StrEnum):
 
 TERMINAL_JOB_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
 ACTIVE_JOB_STATUSES = frozenset(set(JobStatus) - TERMINAL_JOB_STATUSES)
+# A job in these statuses has placed tasks (an interruption may move them).
+PLACED_JOB_STATUSES = frozenset({JobStatus.scheduled, JobStatus.running, JobStatus.restarting})
 
 _J = JobStatus
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {

@@ -78,7 +78,8 @@ class ServerMetrics:
             "strata_interruptions",
             "Jobs interrupted on purpose (their tasks stop, after a checkpoint where one can "
             "be taken), by cause: suspend, preemption, notice (an agent leaving), "
-            "allocation_ended (a Slurm allocation's agents stopping: a requeue).",
+            "allocation_ended (a Slurm allocation's agents stopping: a requeue), stop_signal (a "
+            "task that saved on a SIGTERM from outside Strata).",
             ["cause"],
             registry=registry,
         )

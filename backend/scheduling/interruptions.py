@@ -28,7 +28,7 @@ from backend.hosts.models import Host
 from backend.jobs import queries
 from backend.jobs.actions import suspend_refusal
 from backend.jobs.models import Job, JobClient, Task
-from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, PLACED_JOB_STATUSES, JobStatus
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.restarts import unplace_task, unplace_tasks
 from backend.scheduling.runtime_links import RuntimeLinks
@@ -40,8 +40,6 @@ log = logging.getLogger("strata.scheduling")
 DEFAULT_DEADLINE_SECONDS = 60.0
 # The writer holds its training this long past the deadline: time for the server to stop it.
 HOLD_MARGIN_SECONDS = 30.0
-# A job in these statuses has tasks a leaving host may hold.
-VACATABLE = frozenset({JobStatus.scheduled, JobStatus.running, JobStatus.restarting})
 
 
 @dataclass(frozen=True)
@@ -226,7 +224,7 @@ async def vacate(
     pending meanwhile. False, with nothing changed, when none of its tasks is live there any
     more (they ended first: their exits were applied)."""
     job = await tx.session.get(Job, job_id)
-    if job is None or job.status not in VACATABLE:
+    if job is None or job.status not in PLACED_JOB_STATUSES:
         return False
     tasks = list(await tx.session.scalars(select(Task).where(Task.job_id == job_id)))
     host_id = await tx.session.scalar(select(Host.id).where(Host.name == host))

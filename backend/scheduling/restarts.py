@@ -24,7 +24,7 @@ from backend.errors import Conflict, NotFound
 from backend.jobs.actions import RESTARTABLE, TASK_RESTARTABLE
 from backend.jobs.events import EventKind, record_event
 from backend.jobs.models import Job, Task
-from backend.jobs.states import LIVE_TASK_STATUSES, JobStatus, TaskStatus
+from backend.jobs.states import LIVE_TASK_STATUSES, PLACED_JOB_STATUSES, JobStatus, TaskStatus
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.restart_rules import backoff_seconds, plan_restart, retryable
 from backend.scheduling.transaction import Transaction
@@ -191,6 +191,24 @@ async def after_allocation_ended(*, tx: Transaction, job: Job, reason: str) -> N
     await transition_job(session=tx.session, job=job, to=JobStatus.pending, reason=reason)
     await unplace_tasks(tx=tx, job=job, reason=reason, failure=False)
     tx.observe(lambda metrics: metrics.interruptions.labels(cause="allocation_ended").inc())
+
+
+async def after_stop_signal(*, tx: Transaction, job: Job, task: Task, note: str) -> None:
+    """The task saved on a stop signal and exited (under multi_worker_mirrored a SIGTERM to
+    any worker, from anywhere, makes them all back up at one step and exit): an interruption,
+    neither a failure nor a restart. The job is placed again, to resume from that backup."""
+    if job.status not in PLACED_JOB_STATUSES:
+        return  # sent back already (by another worker's exit, or by the interruption itself)
+    reason = f"{task.name} {note}; resumes from that backup"
+    await transition_job(
+        session=tx.session,
+        job=job,
+        to=JobStatus.pending,
+        reason=reason,
+        data={"interruption": "stop_signal", "task": task.name, "on_stop": True},
+    )
+    await unplace_tasks(tx=tx, job=job, reason=reason, failure=False)
+    tx.observe(lambda metrics: metrics.interruptions.labels(cause="stop_signal").inc())
 
 
 async def request_job_restart(tx: Transaction, *, job_id: int) -> None:

@@ -193,6 +193,9 @@ async def apply_exit(
             tx=tx, job=job, reason=f"the agent on {host.name} is stopping with its allocation"
         )
         return
+    elif outcome.job_status is JobStatus.failed and exit.interrupted is not None:
+        await restarts.after_stop_signal(tx=tx, job=job, task=task, note=exit.interrupted)
+        return
     elif outcome.job_status is JobStatus.failed:
         decision = await restarts.after_failure(
             tx=tx,

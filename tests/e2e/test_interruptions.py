@@ -338,3 +338,28 @@ def test_a_higher_priority_job_preempts_an_mwm_job_which_resumes_at_the_step_it_
 
     preempt(cluster, low, "urgent-over-mwm", tmp_path / "release")
     assert_mwm_resumed_where_it_stopped(cluster, low, epochs)
+
+
+def test_an_mwm_worker_stopped_from_outside_saves_with_the_others_and_the_job_resumes_there(
+    cluster: Cluster,
+) -> None:
+    epochs = 40
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mwm.yaml").read_text())
+    spec["name"] = "sigterm-from-outside"
+    spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
+    spec["checkpoint"] = {"every_epochs": 10, "backup_every_seconds": 3600}  # few backups
+    spec["restart"] = {"policy": "never"}  # an interruption is no failure: it resumes anyway
+    job_id = cluster.submit(spec)["id"]
+    past_third_epoch(cluster, job_id, "worker:0")
+    worker = next(t for t in cluster.job(job_id)["tasks"] if t["name"] == "worker:1")
+    os.kill(worker["pid"], signal.SIGTERM)  # as a host's own tooling or an operator might
+
+    cluster.wait_for(
+        job_id,
+        lambda _: any(
+            e["data"].get("interruption") == "stop_signal" for e in cluster.events(job_id)
+        ),
+        120,
+        "interrupted by the stop signal",
+    )
+    assert_mwm_resumed_where_it_stopped(cluster, job_id, epochs)

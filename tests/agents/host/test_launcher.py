@@ -13,7 +13,9 @@ import pytest
 from agents.environment import TaskEnvironment
 from agents.host.launcher import (
     LaunchError,
+    TaskNote,
     TaskProcess,
+    read_termination,
     resolve_argv,
     resolve_working_dir,
     task_env,
@@ -220,4 +222,20 @@ async def test_an_ordinary_exit_carries_no_refusal(tmp_path: Path) -> None:
     process = TaskProcess(KEY, lambda _key, _lines: None)
     await run(process, command("python", "-c", "raise SystemExit(78)"), tmp_path)
     exit = await process.wait()
-    assert (exit.exit_code, exit.refused) == (78, None)
+    assert (exit.exit_code, exit.refused, exit.interrupted) == (78, None, None)
+
+
+async def test_a_save_on_a_stop_signal_comes_back_as_an_interruption(tmp_path: Path) -> None:
+    process = TaskProcess(KEY, lambda _key, _lines: None)
+    code = "from agents.runtime.refusal import exit_interrupted; exit_interrupted('saved at 7')"
+    await run(process, command("python", "-c", code), tmp_path)
+    exit = await process.wait()
+    assert (exit.exit_code, exit.refused, exit.interrupted) == (42, None, "saved at 7")
+
+
+@pytest.mark.parametrize("written", [b"", b"not json", b"[1, 2]", b'{"reason": ""}'])
+def test_a_termination_file_without_a_note_says_nothing(tmp_path: Path, written: bytes) -> None:
+    path = tmp_path / "termination.json"
+    path.write_bytes(written)
+    assert read_termination(path) == TaskNote()
+    assert read_termination(None) == TaskNote()
