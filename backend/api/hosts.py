@@ -26,7 +26,7 @@ from backend.cluster.schemas import ClusterRead
 from backend.cluster.visibility import hide_other_projects
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts.schemas import HostRead
-from backend.scheduling.task_events import jobs_on
+from backend.scheduling.task_events import TaskAttempt, jobs_on
 from backend.scheduling.transaction import Transaction
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
@@ -85,15 +85,15 @@ async def drain_host(
     TensorFlow needs restarted with them, are placed elsewhere; no restart is counted). The
     drain is complete when its `live_tasks` is 0."""
 
-    async def change(tx: Transaction) -> tuple[HostRead, list[int]]:
+    async def change(tx: Transaction) -> tuple[HostRead, dict[int, frozenset[TaskAttempt]]]:
         host = await set_draining(tx, name, True, principal, source)
         return host, await jobs_on(tx.session, name)
 
     host, jobs = await controller.apply(change)
     deadline = min(deadline_seconds, controller.settings.interruption_deadline_seconds)
-    for job_id in jobs:
+    for job_id, attempts in jobs.items():
         controller.interrupter.vacate(
-            job_id, name, deadline, why=f"{name} is being drained", cause="drain"
+            job_id, name, attempts, deadline, why=f"{name} is being drained", cause="drain"
         )
     return host
 

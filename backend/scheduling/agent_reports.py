@@ -182,17 +182,18 @@ class AgentReports:
         job with tasks there is interrupted (checkpointed, then placed again elsewhere)
         before the agent stops them itself, a little before its notice is up."""
 
-        async def change(tx: Transaction) -> list[int]:
+        async def change(tx: Transaction) -> dict[int, frozenset[task_events.TaskAttempt]]:
             tx.agents.leaving(host_name)
             return await task_events.jobs_on(tx.session, host_name)
 
         jobs, tx = await self.controller.committed("agent", change)
         self.controller.send(tx.outbox)
         deadline = max(1.0, notice_seconds - NOTICE_MARGIN_SECONDS)
-        for job_id in jobs:
+        for job_id, attempts in jobs.items():
             self.controller.interrupter.vacate(
                 job_id,
                 host_name,
+                attempts,
                 deadline,
                 why=f"{host_name} is leaving (its agent was told to stop)",
                 cause="notice",

@@ -32,6 +32,7 @@ from backend.jobs.states import LIVE_TASK_STATUSES, PLACED_JOB_STATUSES, JobStat
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.restarts import unplace_task, unplace_tasks
 from backend.scheduling.runtime_links import RuntimeLinks
+from backend.scheduling.task_events import TaskAttempt
 from backend.scheduling.transaction import Transaction
 from backend.streams.models import MetricPoint
 
@@ -215,20 +216,28 @@ async def vacate(
     *,
     job_id: int,
     host: str,
+    attempts: frozenset[TaskAttempt],
     point: ResumePoint,
     why: str,
     cause: str,
 ) -> bool:
     """Move a job's tasks off a host that goes (drained, or its agent leaving): they and
     what TensorFlow needs restarted with them (`tasks_to_move`) wait for new places, the job
-    pending meanwhile. False, with nothing changed, when none of its tasks is live there any
-    more (they ended first: their exits were applied)."""
+    pending meanwhile. Only `attempts` (those live there when it was decided) count: False,
+    with nothing changed, when none of them is live there any more (they ended first, or the
+    job has moved on meanwhile and was placed again, even on a host of the same name)."""
     job = await tx.session.get(Job, job_id)
     if job is None or job.status not in PLACED_JOB_STATUSES:
         return False
     tasks = list(await tx.session.scalars(select(Task).where(Task.job_id == job_id)))
     host_id = await tx.session.scalar(select(Host.id).where(Host.name == host))
-    on_host = [t for t in tasks if t.host_id == host_id and t.status in LIVE_TASK_STATUSES]
+    on_host = [
+        t
+        for t in tasks
+        if t.host_id == host_id
+        and t.status in LIVE_TASK_STATUSES
+        and (t.name, t.attempt) in attempts
+    ]
     if not on_host:
         return False
     lost = await steps_lost(tx.session, job_id, point)
@@ -281,9 +290,18 @@ class Interrupter:
         """Interrupt the job for a pending one of higher priority."""
         self._interrupt(job_id, functools.partial(preempt, by_id=by_id), self.deadline)
 
-    def vacate(self, job_id: int, host: str, deadline: float, *, why: str, cause: str) -> None:
-        """Move the job's tasks off a host that goes (within `deadline`)."""
-        change = functools.partial(vacate, host=host, why=why, cause=cause)
+    def vacate(
+        self,
+        job_id: int,
+        host: str,
+        attempts: frozenset[TaskAttempt],
+        deadline: float,
+        *,
+        why: str,
+        cause: str,
+    ) -> None:
+        """Move the job's `attempts` off a host that goes (within `deadline`)."""
+        change = functools.partial(vacate, host=host, attempts=attempts, why=why, cause=cause)
         self._interrupt(job_id, change, deadline)
 
     def _interrupt(self, job_id: int, change: Interruption, deadline: float) -> None:

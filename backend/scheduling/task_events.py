@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.protocol import TaskExit, TaskKey
-from agents.vocabulary import TaskName
+from agents.vocabulary import TaskName, format_task_name
 from backend import security
 from backend.db import utcnow
 from backend.errors import NotFound
@@ -27,6 +27,9 @@ from backend.scheduling import restarts
 from backend.scheduling.lifecycle import transition_job
 from backend.scheduling.outcome import judge_exit
 from backend.scheduling.transaction import Transaction
+
+# A task's name and attempt number: which run of it an interruption was decided for.
+TaskAttempt = tuple[str, int]
 
 
 async def find_task(*, session: AsyncSession, key: TaskKey) -> Task | None:
@@ -226,10 +229,10 @@ def allocation_ending(tx: Transaction, host: Host, job: Job, exit: TaskExit) -> 
     return exit.agent_stopping and tx.agents.bound_job(host.name) == job.id
 
 
-async def jobs_on(session: AsyncSession, host_name: str) -> list[int]:
-    """The unfinished jobs with live tasks on that host."""
-    rows = await session.scalars(
-        select(Task.job_id)
+async def jobs_on(session: AsyncSession, host_name: str) -> dict[int, frozenset[TaskAttempt]]:
+    """The unfinished jobs with live tasks on that host, each with those attempts."""
+    rows = await session.execute(
+        select(Task.job_id, Task.role, Task.index, Task.attempt)
         .join(Host, Task.host_id == Host.id)
         .join(Job, Task.job_id == Job.id)
         .where(
@@ -237,9 +240,11 @@ async def jobs_on(session: AsyncSession, host_name: str) -> list[int]:
             Task.status.in_(LIVE_TASK_STATUSES),
             Job.status.in_(ACTIVE_JOB_STATUSES),
         )
-        .distinct()
     )
-    return sorted(rows)
+    found: dict[int, set[TaskAttempt]] = {}
+    for job_id, role, index, attempt in rows:
+        found.setdefault(job_id, set()).add((format_task_name(role, index), attempt))
+    return {job_id: frozenset(found[job_id]) for job_id in sorted(found)}
 
 
 async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:

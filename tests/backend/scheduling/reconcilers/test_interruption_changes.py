@@ -17,7 +17,10 @@ from tests.backend.scheduling.reconcilers.conftest import World
 
 CHECKPOINTED = ResumePoint("chief:0", 0, "ckpt-3", 60)
 vacate = functools.partial(
-    vacate_host, why="host-a is leaving (its agent was told to stop)", cause="notice"
+    vacate_host,
+    attempts=frozenset({("chief:0", 0)}),
+    why="host-a is leaving (its agent was told to stop)",
+    cause="notice",
 )
 
 
@@ -56,6 +59,21 @@ async def test_a_job_on_a_leaving_host_goes_back_to_the_queue_and_its_tasks_are_
     assert not await applied(
         world, lambda tx: vacate(tx, job_id=job.id, host="host-a", point=CHECKPOINTED)
     )
+
+
+async def test_a_notice_for_an_earlier_attempt_leaves_the_next_one_where_it_is(
+    world: World,
+) -> None:
+    """A notice's checkpoint may come back only after the job went back to the queue for
+    another reason and was placed again on a host of the same name (a requeued Slurm job's
+    agents are named after it): that run is not the one the notice was about."""
+    await world.host("host-a", gpus=2)
+    job = await world.running("mirrored")
+    await world.set_task(job.tasks[0].id, attempt=1)
+    assert not await applied(
+        world, lambda tx: vacate(tx, job_id=job.id, host="host-a", point=CHECKPOINTED)
+    )
+    assert (await world.load(job.id)).status is JobStatus.running
 
 
 async def test_no_preemption_for_a_job_that_is_no_longer_pending(world: World) -> None:
