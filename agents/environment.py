@@ -80,6 +80,11 @@ class TaskEnvironment(BaseModel):
     # Where the runtime writes why it stopped the task for good (see agents.runtime.refusal);
     # the agent sets it per attempt and reads it back when the process exits.
     termination_file: _Text = Field(default=None, alias="STRATA_TERMINATION_FILE")
+    # Set while the agent gives notice before it stops: a file the agent creates just before
+    # it stops the attempt. A SIGTERM that comes while it does not exist is someone else's
+    # (Slurm and systemd signal every process of the agent's, not the agent alone), and the
+    # runtime lets the agent checkpoint and stop the task instead (agents.runtime.stop_signals).
+    stop_file: _Text = Field(default=None, alias="STRATA_STOP_FILE")
     # "<agent namespace>/<attempt>": how an agent without cgroups finds an attempt's processes
     # (agents.host.containment), and how a restarted one finds what its predecessor left.
     containment: _Text = Field(default=None, alias="STRATA_CONTAINMENT")

@@ -110,6 +110,7 @@ class Agent:
             agent_label=self.namespace,
             nvidia=self.engine_info.nvidia if self.engine_info is not None else False,
             warm_pool=self.warm_pool,
+            own_stops_only=config.notice_seconds > 0,
         )
         # Sent with a heartbeat every few seconds: GPUs (real ones only) and task processes.
         self.usage = UsageSampler(self.supervisor.attempts, GpuSampler.open(self.devices))

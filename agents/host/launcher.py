@@ -181,8 +181,14 @@ class TaskProcess:
         on_lines: Callable[[TaskKey, list[str]], None],
         containment: Containment | None = None,
         line_limit: int = MAX_LOG_LINE,
+        *,
+        own_stops_only: bool = False,
     ) -> None:
         self.key = key
+        # Whether the attempt gets a stop file (TaskEnvironment.stop_file): its agent gives
+        # notice, and the runtime then holds a SIGTERM the agent did not send.
+        self.own_stops_only = own_stops_only
+        self._stop_file: Path | None = None
         self.output = TaskOutput(key, on_lines, line_limit)
         self._transport: asyncio.SubprocessTransport | None = None
         self._protocol: OutputProtocol | None = None
@@ -210,7 +216,15 @@ class TaskProcess:
         env[MARKER_ENV] = self.containment.marker
         self._termination_file = termination_file = new_termination_file()
         env[TaskEnvironment.variable("termination_file")] = str(termination_file)
+        if self.own_stops_only:
+            self._stop_file = termination_file.with_name(f"{termination_file.name}.stop")
+            env[TaskEnvironment.variable("stop_file")] = str(self._stop_file)
         return termination_file
+
+    def _remove_files(self) -> None:
+        for path in (self._termination_file, self._stop_file):
+            if path is not None:
+                path.unlink(missing_ok=True)
 
     async def spawn(
         self, command: StartTask, workspace: Path, server_url: str, ca_file: str | None = None
@@ -220,7 +234,7 @@ class TaskProcess:
         if python is not None:
             await self._lend_runtime(python, env)
         self._limit_memory(command.memory_limit)
-        termination_file = self._mark(env)
+        self._mark(env)
         containment = self.containment
 
         def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -241,7 +255,7 @@ class TaskProcess:
                 preexec_fn=preexec,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            termination_file.unlink(missing_ok=True)
+            self._remove_files()
             if not isinstance(exc, OSError):  # preexec failed: the child could not join
                 raise LaunchError(
                     f"cannot run {command.argv[0]!r} in its {self.containment.kind} containment"
@@ -267,8 +281,7 @@ class TaskProcess:
             # Nothing of the task ran: the attempt can still start cold.
             warm.discard()
             self._transport = self._protocol = None
-            if self._termination_file is not None:
-                self._termination_file.unlink(missing_ok=True)
+            self._remove_files()
             raise LaunchError(f"cannot hand the task to warm process {warm.pid}: {exc}") from exc
 
     async def _lend_runtime(self, python: str, env: dict[str, str]) -> None:
@@ -331,6 +344,8 @@ class TaskProcess:
         self.output.close()
         died_of = -code if code < 0 else None
         note = read_termination(self._termination_file)
+        if self._stop_file is not None:
+            self._stop_file.unlink(missing_ok=True)
         return TaskExit(
             key=self.key,
             exit_code=128 + died_of if died_of else code,
@@ -345,8 +360,7 @@ class TaskProcess:
 
     async def abandon(self) -> None:
         """It never started: remove what was made for it."""
-        if self._termination_file is not None:
-            self._termination_file.unlink(missing_ok=True)
+        self._remove_files()
         await self.containment.end(within=1)
 
     async def stop(self, grace: float) -> None:
@@ -355,6 +369,9 @@ class TaskProcess:
         if self._protocol is None or self._protocol.exited.done():
             return
         self.stop_requested = True
+        if self._stop_file is not None:
+            with contextlib.suppress(OSError):
+                self._stop_file.touch(mode=0o600)  # this SIGTERM is the agent's own
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGTERM)
         # Once each: to a script (a sidecar evaluator) a second SIGTERM may mean "stop now".

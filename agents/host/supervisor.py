@@ -98,8 +98,11 @@ class Supervisor:
         agent_label: str = "",
         nvidia: bool = False,
         warm_pool: WarmPool | None = None,
+        own_stops_only: bool = False,
     ) -> None:
         self.workspace = workspace
+        # The agent gives notice when told to stop: its tasks hold a SIGTERM it did not send.
+        self.own_stops_only = own_stops_only
         self.warm_pool = warm_pool  # None: every attempt starts cold
         # Where environment.image attempts run; None: they fail with the reason.
         self.engine = engine
@@ -227,7 +230,13 @@ class Supervisor:
             containment = self.containments.create(command.key) if self.containments else None
         except OSError as exc:
             raise LaunchError(f"cannot contain the task: {exc}") from exc
-        return TaskProcess(command.key, self._collect_lines, containment, self.line_limit)
+        return TaskProcess(
+            command.key,
+            self._collect_lines,
+            containment,
+            self.line_limit,
+            own_stops_only=self.own_stops_only,
+        )
 
     async def _code_root(self, bundle: str | None) -> Path:
         """Where the attempt's working_dir is resolved: its code bundle, or the workspace."""

@@ -41,6 +41,7 @@ attribute access), and the sender with its pydantic protocol on the first report
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -314,6 +315,7 @@ def _make_class() -> type:
                 throughput_interval=throughput_interval,
                 watch_coordinator=watch_coordinator,
             )
+            self._release_sigterms: Callable[[], None] | None = None
 
         def _guard(self, hook: str, call: Callable[[], object]) -> None:
             try:
@@ -325,6 +327,7 @@ def _make_class() -> type:
             from agents.runtime.step_reads import keep_reads_local
 
             self._guard("on_train_begin", lambda: keep_reads_local(self.model))
+            self._guard("on_train_begin", self._hold_outside_sigterms)
             coordinator = getattr(self.model, "_cluster_coordinator", None)
             self._guard(
                 "on_train_begin", lambda: self.tracker.train_begin(self.params or {}, coordinator)
@@ -371,6 +374,22 @@ def _make_class() -> type:
 
         def on_train_end(self, logs: Any = None) -> None:
             self._guard("on_train_end", self.tracker.train_end)
+            release, self._release_sigterms = self._release_sigterms, None
+            if release is not None:
+                self._guard("on_train_end", release)
+
+        def _hold_outside_sigterms(self) -> None:
+            """While it trains, the chief outlives a SIGTERM its agent did not send, to take
+            the notice's checkpoint (agents.runtime.stop_signals). Not under
+            multi_worker_mirrored: there any SIGTERM already backs up at the next step."""
+            from agents.environment import TaskEnvironment
+            from agents.runtime.stop_signals import hold_outside_sigterms
+            from agents.vocabulary import Strategy
+
+            strategy = os.environ.get(TaskEnvironment.variable("strategy"))
+            if self._release_sigterms is None and strategy != Strategy.multi_worker_mirrored:
+                task = os.environ.get(TaskEnvironment.variable("task"), "the chief")
+                self._release_sigterms = hold_outside_sigterms(task)
 
     return StrataMetrics
 

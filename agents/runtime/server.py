@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from agents.environment import prefer_tf_keras
 from agents.runtime.cluster import ClusterConfigError, TFConfig, tf_config
+from agents.runtime.stop_signals import from_its_agent, held_back, say
 from agents.vocabulary import Role
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -40,6 +41,9 @@ def exit_on_stop_signals(name: str) -> None:
     """
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM and not from_its_agent():
+            say(held_back(name))  # the chief may still need it for the notice's checkpoint
+            return
         # os.write, not print: the handler may interrupt a print in progress on the main thread.
         line = f"strata: {name} stopped ({signal.Signals(signum).name})\n"
         with contextlib.suppress(OSError):

@@ -122,6 +122,7 @@ FULL = TaskEnvironment(
     grpc_fail_fast="use_caller",
     legacy_keras="1",
     termination_file="/tmp/strata-termination.json",
+    stop_file="/tmp/strata-termination.json.stop",
     containment="local-0-1a2b3c4d/job7-worker-0-a2",
 )
 
@@ -147,6 +148,7 @@ def test_the_environment_round_trips() -> None:
         "GRPC_FAIL_FAST": "use_caller",
         "TF_USE_LEGACY_KERAS": "1",
         "STRATA_TERMINATION_FILE": "/tmp/strata-termination.json",
+        "STRATA_STOP_FILE": "/tmp/strata-termination.json.stop",
         "STRATA_CONTAINMENT": "local-0-1a2b3c4d/job7-worker-0-a2",
     }
     assert set(env) == TaskEnvironment.variables()

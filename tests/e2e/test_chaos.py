@@ -190,6 +190,7 @@ def job_spec(strategy: str, epochs: int) -> tuple[dict[str, Any], str]:
     return spec, lead
 
 
+@pytest.mark.timeout(300 + 60 * INTERRUPTIONS)  # each interruption is a few stops and starts
 @pytest.mark.parametrize("strategy", ["parameter_server", "multi_worker_mirrored"])
 def test_interruptions_at_random_moments_lose_at_most_a_checkpoint_interval(
     fleet: Fleet, strategy: str, tmp_path: Path
@@ -205,8 +206,34 @@ def test_interruptions_at_random_moments_lose_at_most_a_checkpoint_interval(
     cluster = fleet.cluster
     spec, lead = job_spec(strategy, epochs)
     job_id = cluster.submit(spec)["id"]
+    try:
+        interrupt_at_random(fleet, job_id, lead, kinds, chance, tmp_path)
+    finally:  # a failed run would leave the cluster's GPUs held for the next one
+        if cluster.job(job_id)["status"] not in ("succeeded", "failed", "cancelled"):
+            cluster.http.post(f"/jobs/{job_id}/cancel")
+    done = cluster.wait_status(job_id, "succeeded", timeout=600)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0), cluster.events(job_id)
+    interruptions = [e for e in cluster.events(job_id) if e["data"].get("interruption")]
+    assert len(interruptions) >= len(kinds)
+    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
+    saved = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
+    assert max(saved) == epochs * STEPS_PER_EPOCH  # trained to the end, nothing run twice
+    wait_no_processes(job_id, server=cluster.url)
+
+
+def interrupt_at_random(
+    fleet: Fleet,
+    job_id: int,
+    lead: str,
+    kinds: list[str],
+    chance: random.Random,
+    tmp_path: Path,
+) -> None:
+    """Each kind in turn, at a random moment; asserts the work each lost."""
+    cluster = fleet.cluster
     attempt = training(cluster, job_id, lead, 0, 1)
     measured: list[tuple[str, int, int, int]] = []
+    print("interruption, attempt, last step reported, steps lost at most:")
     actions: dict[str, Callable[[str], None]] = {
         "preempt": lambda _: preempt(fleet, job_id, tmp_path / f"release-{len(measured)}"),
         "drain": lambda host: drain(fleet, job_id, host),
@@ -228,15 +255,4 @@ def test_interruptions_at_random_moments_lose_at_most_a_checkpoint_interval(
         measured.append((kind, attempt, reported, lost))
         assert lost <= INTERVAL_STEPS, (kind, host, steps, cluster.events(job_id)[-5:])
         attempt = resumed
-
-    done = cluster.wait_status(job_id, "succeeded", timeout=600)
-    print("interruption, attempt, last step reported, steps lost at most:")
-    for row in measured:
-        print(*row, sep="\t")
-    assert (done["restart_count"], done["failure_count"]) == (0, 0), cluster.events(job_id)
-    interruptions = [e for e in cluster.events(job_id) if e["data"].get("interruption")]
-    assert len(interruptions) >= len(kinds)
-    checkpoints = cluster.http.get(f"/jobs/{job_id}/checkpoints", params={"include_deleted": True})
-    saved = [c["step"] for c in checkpoints.json() if c["trigger"] != "export"]
-    assert max(saved) == epochs * STEPS_PER_EPOCH  # trained to the end, nothing run twice
-    wait_no_processes(job_id, server=cluster.url)
+        print(*measured[-1], sep="\t", flush=True)

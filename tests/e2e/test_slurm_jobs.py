@@ -35,6 +35,10 @@ EPOCH_LINE = re.compile(r"epoch=(\d+) loss=([0-9.]+)")
 # The agent each node runs: the real one, every one with the same port range, and no warm
 # processes, like every agent the suite starts (tests/conftest.py).
 AGENT = "{strata} agent --workspace {repo} --port-range 21000-21099 --warm-pool 0"
+# Slurm's SIGTERM → SIGKILL; the agents' notice fits under it, checkpoint and stop included.
+KILL_WAIT = 30
+NOTICE = 20
+STEPS_PER_EPOCH = 20  # the digits example's default
 
 
 class Server:
@@ -131,7 +135,7 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data = tmp_path_factory.mktemp("slurm-e2e") / "data"
     data.mkdir()
-    with slurm_cluster() as cluster:
+    with slurm_cluster(kill_wait=KILL_WAIT) as cluster:
         env = {
             "STRATA_API_TOKEN": secrets.token_hex(16),
             "STRATA_AGENT_TOKEN": secrets.token_hex(16),
@@ -140,6 +144,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "STRATA_SLURM_ACCOUNTING": "completion",
             "STRATA_SLURM_JOB_PREFIX": f"e2e{secrets.token_hex(3)}",
             "STRATA_SLURM_POLL_SECONDS": "1",
+            "STRATA_SLURM_AGENT_NOTICE_SECONDS": str(NOTICE),
             "STRATA_SLURM_WORKDIR": str(REPO),
             "STRATA_SLURM_OUTPUT_DIR": str(cluster.root / "log"),
             "STRATA_SLURM_AGENT_COMMAND": AGENT.format(
@@ -261,37 +266,39 @@ def test_a_server_crash_while_the_slurm_job_runs_loses_nothing_and_submits_nothi
     wait_no_processes(job_id, server=server.url)
 
 
-def test_a_requeued_slurm_job_resumes_from_its_backup(server: Server) -> None:
+def test_a_requeued_slurm_job_resumes_from_the_checkpoint_taken_at_notice(server: Server) -> None:
+    """The agents' notice under Slurm: scontrol requeue → a checkpoint for the interruption →
+    pending → the next run resumes from that checkpoint, not from an older backup."""
+    epochs = 60  # long enough that the requeue comes before the end
     job_id = server.submit(
-        # Long enough that the requeue comes before the end (a chief that finishes deletes
-        # its backup): epoch 3 is seen through the metrics stream, a little late.
-        entrypoint=["python", "examples/digits.py", "--epochs", "60"],
+        entrypoint=["python", "examples/digits.py", "--epochs", str(epochs)],
         restart={"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0},
-        # A backup at every epoch end (epochs are short here): the resumed epoch is checkable.
+        # Backups only at epoch ends: a checkpoint at notice is told apart by its trigger.
         checkpoint={"every_epochs": 1, "backup_every_seconds": 0},
     )
     running = server.wait_for(job_id, "at epoch 3", lambda j: len(server.epochs(job_id)) >= 3)
     slurm_id = running["slurm_job_id"]
-    # What preemption with requeue does: the allocation ends, the job goes back to the queue.
     server.cluster.run("scontrol", "requeue", slurm_id)
     server.wait_for(job_id, "waiting for Slurm again", lambda j: j["status"] == "pending", 60)
+    events = server.http.get(f"/jobs/{job_id}/events").json()
+    notices = [e for e in events if e["data"].get("interruption") == "notice"]
+    assert len(notices) == 1 and notices[0]["data"]["checkpoint"] is not None, [
+        (e["message"], e["data"]) for e in events[-6:]
+    ]
+    step = notices[0]["data"]["step"]
+    checkpoints = server.http.get(
+        f"/jobs/{job_id}/checkpoints", params={"include_deleted": True}
+    ).json()
+    assert (step, "interruption") in [(c["step"], c["trigger"]) for c in checkpoints]
     # Slurm holds a requeued job back for two minutes; an administrator may let it go now.
-    server.cluster.wait_state(slurm_id, "PENDING")
+    server.cluster.wait_state(slurm_id, "PENDING", timeout=60)
     server.cluster.run("scontrol", "update", f"JobId={slurm_id}", "StartTime=now")
     done = server.wait_for(job_id, "succeeded", lambda j: j["status"] == "succeeded", 300)
-    chief = next(t for t in done["tasks"] if t["name"] == "chief:0")
-    assert chief["attempt"] >= 1
-    before = server.epochs(job_id, 0)
-    after = server.epochs(job_id, chief["attempt"])
-    assert before[-1][0] < 60, "the first attempt ended before the requeue"
-    # The epoch counter goes on from the backup rather than from 1.
-    assert after[0][0] > 1 and after[0][0] <= before[-1][0] + 1, (before, after)
-    assert after[-1][0] == 60
-    # A requeue is an interruption, neither a restart nor a failure: the job keeps its
-    # whole budget for failures.
-    assert (done["restart_count"], done["failure_count"]) == (0, 0), server.http.get(
-        f"/jobs/{job_id}/events"
-    ).json()
-    assert all(t["failure_count"] == 0 for t in done["tasks"])
-    assert server.named(job_id) == [slurm_id]  # requeued, not submitted again
+    chief = server.task(job_id, "chief:0")
+    assert chief["attempt"] == 1  # one interruption, no other move
+    after = server.epochs(job_id, 1)
+    # The first epoch of the next run is the one the checkpoint's step lies in.
+    assert after[0][0] == step // STEPS_PER_EPOCH + 1 and after[-1][0] == epochs, (step, after)
+    assert (done["restart_count"], done["failure_count"]) == (0, 0)
+    assert server.named(job_id) == [slurm_id]
     wait_no_processes(job_id, server=server.url)

@@ -158,7 +158,9 @@ class SlurmCluster:
         return "\n".join(parts)
 
 
-def _write_config(root: Path, hostname: str, *, ctld_port: int, node_ports: Sequence[int]) -> Path:
+def _write_config(
+    root: Path, hostname: str, *, ctld_port: int, node_ports: Sequence[int], kill_wait: int
+) -> Path:
     gres_lines = ["AutoDetect=off"]
     node_lines = []
     cpus = os.cpu_count() or 1
@@ -210,7 +212,7 @@ def _write_config(root: Path, hostname: str, *, ctld_port: int, node_ports: Sequ
                 "SlurmctldTimeout=10",
                 "SlurmdTimeout=30",
                 "InactiveLimit=0",
-                "KillWait=2",
+                f"KillWait={kill_wait}",
                 *node_lines,
                 f"PartitionName={PARTITION} Nodes={','.join(NODES)} Default=YES "
                 "MaxTime=INFINITE State=UP",
@@ -251,8 +253,9 @@ def _wait_for(
 
 
 @contextlib.contextmanager
-def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Start the cluster; on exit cancel its jobs and stop every process it started."""
+def slurm_cluster(kill_wait: int = 2) -> Iterator[SlurmCluster]:
+    """Start the cluster; on exit cancel its jobs and stop every process it started.
+    `kill_wait`: seconds from Slurm's SIGTERM to its SIGKILL when it ends a job's processes."""
     tools = require_slurm()
     # A short path: munge's socket lives in it, and a unix socket path has at most 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="strata-slurm-"))
@@ -260,7 +263,11 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     for sub in ("munge", "state", "spool", "run", "log"):
         (root / sub).mkdir(mode=0o700)
     conf = _write_config(
-        root, hostname, ctld_port=free_port(), node_ports=[free_port() for _ in NODES]
+        root,
+        hostname,
+        ctld_port=free_port(),
+        node_ports=[free_port() for _ in NODES],
+        kill_wait=kill_wait,
     )
     env = {
         "PATH": os.environ.get("PATH", SBIN_PATH),

@@ -239,3 +239,36 @@ def test_a_termination_file_without_a_note_says_nothing(tmp_path: Path, written:
     path.write_bytes(written)
     assert read_termination(path) == TaskNote()
     assert read_termination(None) == TaskNote()
+
+
+@pytest.mark.parametrize("own_stops_only", [True, False])
+async def test_an_agent_that_gives_notice_marks_its_own_stop_first(
+    tmp_path: Path, own_stops_only: bool
+) -> None:
+    """The attempt's stop file exists when, and only when, the agent sends its SIGTERM."""
+    script = (
+        "import os, signal, sys, time\n"
+        "path = os.environ.get('STRATA_STOP_FILE')\n"
+        "def stopped(*_):\n"
+        "    print('stopped', path is not None and os.path.exists(path), flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stopped)\n"
+        "print('started', path is not None and os.path.exists(path), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    seen: list[str] = []
+    process = TaskProcess(
+        KEY, lambda _key, lines: seen.extend(lines), own_stops_only=own_stops_only
+    )
+    await run(process, command("python", "-c", script), tmp_path)
+    for _ in range(100):
+        if seen:
+            break
+        await asyncio.sleep(0.05)
+    await process.stop(grace=10)
+    exit = await process.wait()
+    assert exit.exit_code == 0
+    assert seen == ["started False", f"stopped {own_stops_only}"]
+    stop_file = process._stop_file
+    assert (stop_file is not None) == own_stops_only
+    assert stop_file is None or not stop_file.exists()  # removed with the attempt
