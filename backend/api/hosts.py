@@ -26,6 +26,7 @@ from backend.cluster.schemas import ClusterRead
 from backend.cluster.visibility import hide_other_projects
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts.schemas import HostRead
+from backend.scheduling.reconcilers.drains import drain_reason
 from backend.scheduling.task_events import TaskAttempt, jobs_on
 from backend.scheduling.transaction import Transaction
 
@@ -93,7 +94,7 @@ async def drain_host(
     deadline = min(deadline_seconds, controller.settings.interruption_deadline_seconds)
     for job_id, attempts in jobs.items():
         controller.interrupter.vacate(
-            job_id, name, attempts, deadline, why=f"{name} is being drained", cause="drain"
+            job_id, name, attempts, deadline, why=drain_reason(name), cause="drain"
         )
     return host
 

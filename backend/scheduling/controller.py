@@ -31,6 +31,7 @@ from backend.scheduling.interruptions import Interrupter
 from backend.scheduling.outbox import CommandOutbox
 from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
+from backend.scheduling.reconcilers.drains import Drains
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.reconcilers.idle_clients import IdleClients
@@ -98,6 +99,7 @@ class Controller:
             RestartedTasks(view=view),
             PendingJobs(view=view, wake=self.wake),
             Preemptions(view=view, settings=settings, interrupter=self.interrupter),
+            Drains(interrupter=self.interrupter, deadline=settings.interruption_deadline_seconds),
         ]
 
     def wake(self) -> None:
