@@ -74,7 +74,8 @@ class JobRead(BaseModel):
     strategy: str
     priority: int
     restart_count: int = Field(
-        description="Its restarts of every kind: after failures, by request, after a Slurm requeue."
+        description="Its restarts after failures and by request. An interruption (suspend, "
+        "preemption, drain, notice, a Slurm requeue) is not one."
     )
     failure_count: int = Field(
         description="Its restarts after failures: only these count against the spec's "

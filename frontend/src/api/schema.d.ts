@@ -1498,7 +1498,7 @@ export interface components {
             reason: string | null;
             /**
              * Restart Count
-             * @description Its restarts of every kind: after failures, by request, after a Slurm requeue.
+             * @description Its restarts after failures and by request. An interruption (suspend, preemption, drain, notice, a Slurm requeue) is not one.
              */
             restart_count: number;
             /**
