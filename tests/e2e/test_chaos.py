@@ -200,17 +200,18 @@ def test_interruptions_at_random_moments_lose_at_most_a_checkpoint_interval(
     chance = random.Random(seed)
     kinds = [KINDS[i % len(KINDS)] for i in range(INTERRUPTIONS)]
     chance.shuffle(kinds)
-    # Each interruption comes one to two epochs (and a fraction) into an attempt, so the job
-    # is still training at the last one.
-    epochs = 3 * INTERRUPTIONS + 20
+    # Each interruption comes one to two epochs (and a fraction) into an attempt, but epochs
+    # are short (a fraction of a second), so a cycle's waits train up to about a dozen: the
+    # job must still be training at the last one.
+    epochs = 20 * INTERRUPTIONS + 30
     cluster = fleet.cluster
     spec, lead = job_spec(strategy, epochs)
     job_id = cluster.submit(spec)["id"]
     try:
         interrupt_at_random(fleet, job_id, lead, kinds, chance, tmp_path)
-    finally:  # a failed run would leave the cluster's GPUs held for the next one
-        if cluster.job(job_id)["status"] not in ("succeeded", "failed", "cancelled"):
-            cluster.http.post(f"/jobs/{job_id}/cancel")
+    except BaseException:  # a failed run would leave the cluster's GPUs held for the next one
+        cluster.http.post(f"/jobs/{job_id}/cancel")
+        raise
     done = cluster.wait_status(job_id, "succeeded", timeout=600)
     assert (done["restart_count"], done["failure_count"]) == (0, 0), cluster.events(job_id)
     interruptions = [e for e in cluster.events(job_id) if e["data"].get("interruption")]

@@ -180,15 +180,18 @@ def test_an_agent_told_to_stop_gives_notice_and_its_job_moves_with_nothing_lost(
     one_agent: Cluster,
 ) -> None:
     cluster = one_agent
-    epochs = 120  # still training once the spare agent is up
+    epochs = 40
+    # The spare is up before the job starts, drained so that the job goes to local-0.
+    cluster.start_agent("spare", gpus=2, ports="23000-23099")
+    cluster.wait_host("spare", "online")
+    assert cluster.http.post("/hosts/spare/drain").status_code == 200
     spec: dict[str, Any] = yaml.safe_load((EXAMPLES / "digits_mirrored.yaml").read_text())
     spec["name"] = "moved-by-notice"
     spec["entrypoint"] = ["python", "examples/digits.py", "--epochs", str(epochs)]
     spec["checkpoint"] = {"every_epochs": 10}
     job_id = cluster.submit(spec)["id"]
     past_third_epoch(cluster, job_id, "chief:0")
-    cluster.start_agent("spare", gpus=2, ports="23000-23099")
-    cluster.wait_host("spare", "online")
+    assert cluster.http.delete("/hosts/spare/drain").status_code == 200
     (leaving,) = cluster.agent_pids()  # local-0, where the job runs
     os.kill(leaving, signal.SIGTERM)
 
@@ -232,7 +235,11 @@ def placed(job: dict[str, Any]) -> dict[str, tuple[str | None, int]]:
 
 def test_a_drained_host_s_workers_move_and_the_ps_serves_on(gpu_and_cpu_hosts: Cluster) -> None:
     cluster = gpu_and_cpu_hosts
-    epochs = 120  # still training once the spare agent is up
+    epochs = 40
+    # The spare is up before the job starts, drained so that the workers go to local-0.
+    cluster.start_agent("spare", gpus=2, ports="23200-23299")
+    cluster.wait_host("spare", "online")
+    assert cluster.http.post("/hosts/spare/drain").status_code == 200
     job_id = cluster.submit(ps_spec("drained-workers", epochs, checkpoint={"every_epochs": 10}))[
         "id"
     ]
@@ -249,8 +256,7 @@ def test_a_drained_host_s_workers_move_and_the_ps_serves_on(gpu_and_cpu_hosts: C
         "worker:1": ("local-0", 0),
     }
     ps_pid = next(t["pid"] for t in running["tasks"] if t["name"] == "ps:0")
-    cluster.start_agent("spare", gpus=2, ports="23200-23299")
-    cluster.wait_host("spare", "online")
+    assert cluster.http.delete("/hosts/spare/drain").status_code == 200
 
     drained = cluster.http.post("/hosts/local-0/drain", params={"deadline_seconds": 120})
     assert drained.status_code == 200, drained.text
