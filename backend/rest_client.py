@@ -299,6 +299,12 @@ class StrataClient:
     def undrain_host(self, name: str) -> HostRead:
         return self._request("DELETE", f"/hosts/{name}/drain", _HOST)
 
+    def host_notice(self, name: str, *, seconds: float, reason: str | None = None) -> HostRead:
+        params: dict[str, str | float] = {"seconds": seconds}
+        if reason:
+            params["reason"] = reason
+        return self._request("POST", f"/hosts/{name}/notice", _HOST, params=params)
+
 
 # What each route answers (its response_model), read straight from the JSON.
 _JOB = TypeAdapter(JobRead)

@@ -99,6 +99,43 @@ async def drain_host(
     return host
 
 
+@router.post("/hosts/{name}/notice", response_model=HostRead, responses=error_responses(404))
+async def host_notice(
+    name: HostName,
+    reports: AgentReportsDep,
+    session: SessionDep,
+    principal: AdminPrincipal,
+    source: ClientSource,
+    seconds: Annotated[
+        float,
+        Query(gt=0, le=3600, description="How long until the host goes (its notice)."),
+    ],
+    reason: Annotated[
+        str, Query(max_length=200, description="What gave notice, for the job's events.")
+    ] = "a notice came for it",
+) -> HostRead:
+    """The host will go in `seconds` (a spot instance's or a preemption's notice, which a
+    site's watcher forwards): as when its agent is told to stop, it takes no new task and
+    every job with tasks there is checkpointed and moved off, before the notice is up."""
+    await service.get_host(session=session, name=name)  # 404 before anything changes
+    await session.rollback()  # the check's read ends here; the change is the controller's
+
+    async def record(tx: Transaction) -> None:
+        await audit.record(
+            session=tx.session,
+            principal=principal,
+            source=source,
+            action=AuditAction.host_notice,
+            target=f"host {name}",
+            detail={"seconds": seconds, "reason": reason},
+        )
+
+    await reports.on_leaving(name, seconds, why=reason, record=record)
+    live = await service.live_tasks_by_host(session=session)
+    host = await service.get_host(session=session, name=name)
+    return service.host_read(host, live.get(host.id, 0))
+
+
 @router.delete("/hosts/{name}/drain", response_model=HostRead, responses=error_responses(404))
 async def undrain_host(
     name: HostName, controller: ControllerDep, principal: AdminPrincipal, source: ClientSource

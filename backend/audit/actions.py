@@ -28,3 +28,4 @@ class AuditAction(StrEnum):
     host_forget = "host.forget"
     host_drain = "host.drain"
     host_undrain = "host.undrain"
+    host_notice = "host.notice"

@@ -1,4 +1,5 @@
-"""`strata hosts`: list the hosts, drain one, put it back in service, or forget it."""
+"""`strata hosts`: list the hosts, drain one, put it back in service, give notice that one
+goes, or forget it."""
 
 from __future__ import annotations
 
@@ -82,6 +83,24 @@ def hosts_undrain(
     console.print(f"{escape(host.name)} is in service: {_status_column(host)}")
 
 
+def hosts_notice(
+    name: Annotated[str, typer.Argument(help="The host's name.")],
+    seconds: Annotated[
+        float, typer.Option(min=1, max=3600, help="Seconds until the host goes.")
+    ] = 120.0,
+    reason: Annotated[
+        str | None, typer.Option(help="What gave notice (a spot reclaim), for the job events.")
+    ] = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """The host goes in SECONDS (a spot or preemption notice its agent does not see): what
+    runs there is checkpointed and moved off before then, as when its agent is stopped."""
+    with connect(server, token) as client:
+        host = client.host_notice(name, seconds=seconds, reason=reason)
+    console.print(f"{escape(host.name)} goes in {seconds:g}s: its jobs are being moved off")
+
+
 def hosts_forget(
     name: Annotated[str, typer.Argument(help="The host's name.")],
     server: ServerOption = None,
@@ -95,10 +114,12 @@ def hosts_forget(
 
 def register(app: typer.Typer) -> None:
     hosts_app = typer.Typer(
-        help="List hosts; drain, undrain or forget one.", invoke_without_command=True
+        help="List hosts; drain, undrain, give notice for or forget one.",
+        invoke_without_command=True,
     )
     hosts_app.callback()(hosts)
     hosts_app.command("drain")(hosts_drain)
     hosts_app.command("undrain")(hosts_undrain)
+    hosts_app.command("notice")(hosts_notice)
     hosts_app.command("forget")(hosts_forget)
     app.add_typer(hosts_app, name="hosts")

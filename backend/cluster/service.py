@@ -37,6 +37,16 @@ async def find_host(*, session: AsyncSession, name: str) -> Host | None:
     return await session.scalar(select(Host).where(Host.name == name))
 
 
+async def get_host(*, session: AsyncSession, name: str) -> Host:
+    """The host with its devices (as `host_read` reads it); NotFound if there is none."""
+    host = await session.scalar(
+        select(Host).where(Host.name == name).options(selectinload(Host.devices))
+    )
+    if host is None:
+        raise NotFound(f"host {name} does not exist")
+    return host
+
+
 async def register_host(
     *,
     session: AsyncSession,
@@ -92,11 +102,7 @@ async def forget_host(*, session: AsyncSession, name: str, connected_from: str |
     while tasks of unfinished jobs are placed on it. Tasks that ran there no longer name it.
     Returns the host as it was.
     """
-    host = await session.scalar(
-        select(Host).where(Host.name == name).options(selectinload(Host.devices))
-    )
-    if host is None:
-        raise NotFound(f"host {name} does not exist")
+    host = await get_host(session=session, name=name)
     if connected_from is not None:
         raise Conflict(
             f"{name} is connected from {connected_from}: stop its agent first "
@@ -148,11 +154,7 @@ async def live_tasks_by_host(*, session: AsyncSession) -> dict[int, int]:
 
 async def set_draining(*, session: AsyncSession, name: str, draining: bool) -> Host:
     """Drain the host (it takes no new task) or put it back in service."""
-    host = await session.scalar(
-        select(Host).where(Host.name == name).options(selectinload(Host.devices))
-    )
-    if host is None:
-        raise NotFound(f"host {name} does not exist")
+    host = await get_host(session=session, name=name)
     if not draining:
         host.draining_since = None
     elif host.draining_since is None:

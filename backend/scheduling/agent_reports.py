@@ -9,6 +9,7 @@ know this module: it is built beside it (backend.app).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import select
 
@@ -177,12 +178,21 @@ class AgentReports:
         self.view.to_compare.pop(host_name, None)
         self.controller.wake()
 
-    async def on_leaving(self, host_name: str, notice_seconds: float) -> None:
-        """The host's agent is stopping in `notice_seconds`: nothing new goes there, and each
+    async def on_leaving(
+        self,
+        host_name: str,
+        notice_seconds: float,
+        why: str = "its agent was told to stop",
+        record: Callable[[Transaction], Awaitable[None]] | None = None,
+    ) -> None:
+        """The host goes in `notice_seconds` (its agent is stopping, or a notice came for
+        it: `record` writes that change's audit entry): nothing new goes there, and each
         job with tasks there is interrupted (checkpointed, then placed again elsewhere)
         before the agent stops them itself, a little before its notice is up."""
 
         async def change(tx: Transaction) -> dict[int, frozenset[task_events.TaskAttempt]]:
+            if record is not None:
+                await record(tx)
             tx.agents.leaving(host_name)
             return await task_events.jobs_on(tx.session, host_name)
 
@@ -195,7 +205,7 @@ class AgentReports:
                 host_name,
                 attempts,
                 deadline,
-                why=f"{host_name} is leaving (its agent was told to stop)",
+                why=f"{host_name} is leaving ({why})",
                 cause="notice",
             )
 

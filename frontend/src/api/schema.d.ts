@@ -184,6 +184,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/hosts/{name}/notice": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Host Notice
+         * @description The host will go in `seconds` (a spot instance's or a preemption's notice, which a
+         *     site's watcher forwards): as when its agent is told to stop, it takes no new task and
+         *     every job with tasks there is checkpointed and moved off, before the notice is up.
+         */
+        post: operations["host_notice_hosts__name__notice_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -842,7 +864,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain" | "host.notice";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
@@ -3008,6 +3030,70 @@ export interface operations {
     undrain_host_hosts__name__drain_delete: {
         parameters: {
             query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    host_notice_hosts__name__notice_post: {
+        parameters: {
+            query: {
+                /** @description How long until the host goes (its notice). */
+                seconds: number;
+                /** @description What gave notice, for the job's events. */
+                reason?: string;
+            };
             header?: never;
             path: {
                 /** @description The host's name. */

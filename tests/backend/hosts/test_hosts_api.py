@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
@@ -261,3 +263,38 @@ async def test_draining_needs_an_admin_token(api: Api) -> None:
     refused = await api.http.post("/hosts/host-a/drain", headers={"Authorization": "Bearer no"})
     assert refused.status_code == 401
     assert (await api.http.get("/hosts")).json()[0]["draining_since"] is None
+
+
+async def test_a_notice_for_a_host_moves_its_jobs_off_as_its_agent_leaving_would(
+    api: Api,
+) -> None:
+    async with api.session() as session:
+        await make_host(session, "host-a", gpus=2)
+        job = await create_job(session=session, spec=validate_spec(make_spec()))
+        await session.commit()
+        job_id = job.id
+    await _place(api, job_id, "host-a", TaskStatus.running, JobStatus.running)
+    missing = await api.http.post("/hosts/nowhere/notice", params={"seconds": 30})
+    assert (missing.status_code, missing.json()["detail"]) == (404, "host nowhere does not exist")
+    for params in ({}, {"seconds": 0}, {"seconds": 7200}):
+        bad = await api.http.post("/hosts/host-a/notice", params=params)
+        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "seconds", bad.text
+
+    reason = "spot instance reclaimed in 2 minutes"
+    noticed = await api.http.post("/hosts/host-a/notice", params={"seconds": 30, "reason": reason})
+    assert noticed.status_code == 200, noticed.text
+    assert noticed.json()["name"] == "host-a"
+    # No runtime is connected here: the job moves at once, to resume from its last backup.
+    for _ in range(100):
+        moved = (await api.http.get(f"/jobs/{job_id}")).json()
+        if moved["status"] == "pending":
+            break
+        await asyncio.sleep(0.05)
+    assert (moved["restart_count"], moved["failure_count"]) == (0, 0)
+    events = (await api.http.get(f"/jobs/{job_id}/events")).json()
+    (event,) = [e for e in events if e["data"].get("interruption") == "notice"]
+    assert event["message"].startswith(f"host-a is leaving ({reason}); resumes from no checkpoint")
+    audit = (await api.http.get("/audit", params={"action": "host.notice"})).json()["items"]
+    assert [(entry["target"], entry["detail"]) for entry in audit] == [
+        ("host host-a", {"seconds": 30.0, "reason": reason})
+    ]
