@@ -45,7 +45,12 @@ def test_a_job_over_its_projects_quota_waits_while_another_projects_job_runs(
         assert made.status_code == 201, made.text
         quota = cluster.http.put(f"/projects/{project}/quota", json={"max_gpus": 2})
         assert quota.status_code == 200, quota.text
-        assert quota.json() == {"project": project, "max_gpus": 2, "max_priority": None}
+        assert quota.json() == {
+            "project": project,
+            "max_gpus": 2,
+            "max_priority": None,
+            "may_preempt_other_projects": True,
+        }
 
     first, second, third = (
         cluster.submit(job("vision", f"vision-{i}", tmp_path / f"vision-{i}")) for i in range(3)
