@@ -55,7 +55,8 @@ def hold_outside_sigterms(name: str) -> Callable[[], None] | None:
         or threading.current_thread() is not threading.main_thread()
     ):
         return None
-    previous: Any = signal.getsignal(signal.SIGTERM)
+    # None: a handler not installed from Python, which cannot be put back; the default is.
+    previous: Any = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         if not from_its_agent():
