@@ -32,6 +32,7 @@ ROUTES: list[tuple[str, str]] = [
     ("DELETE", "/hosts/local-0"),
     ("POST", "/hosts/local-0/drain"),
     ("DELETE", "/hosts/local-0/drain"),
+    ("POST", "/hosts/local-0/notice"),
     ("GET", "/cluster"),
     ("GET", "/metrics"),
     ("POST", "/tokens"),

@@ -90,13 +90,22 @@ def test_checkpoint_now_and_the_sidecar_evaluator(cluster: Cluster) -> None:
     assert "started on" in placed["message"]
     loss = series(cluster, job_id, "evaluator:0", "eval/loss")
     assert loss is not None
-    checkpoint_steps = {
-        c["step"]
-        for c in cluster.http.get(
-            f"/jobs/{job_id}/checkpoints", params={"include_deleted": True}
-        ).json()
-    }
-    assert set(loss["steps"]) <= checkpoint_steps, (loss["steps"], checkpoint_steps)
+
+    def checkpoint_steps() -> set[int]:
+        return {
+            c["step"]
+            for c in cluster.http.get(
+                f"/jobs/{job_id}/checkpoints", params={"include_deleted": True}
+            ).json()
+        }
+
+    # The evaluator may read a checkpoint's files before the chief's report of it arrives.
+    cluster.wait_for(
+        job_id,
+        lambda _: set(loss["steps"]) <= checkpoint_steps(),
+        30,
+        f"with a checkpoint at every evaluated step {loss['steps']}",
+    )
     assert all(0 < value < 5 for value in loss["values"])
 
     stopped = cluster.http.post(f"/jobs/{job_id}/evaluator", json={"action": "stop"})
