@@ -23,8 +23,9 @@ from agents.runtime_environment import EngineInfo, RuntimeEnvironment
 from agents.vocabulary import TaskNameText
 
 # 2: TaskExit.refused; 3: Hello.identity; 4: environments (image, python); 5: Heartbeat.usage;
-# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping; 8: Leaving; 9: TaskExit.interrupted
-PROTOCOL_VERSION = 9
+# 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping; 8: Leaving; 9: TaskExit.interrupted;
+# 10: CollectStacks, Heartbeat.health
+PROTOCOL_VERSION = 10
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.
@@ -314,8 +315,18 @@ class Refused(_Message):
     reason: str
 
 
+class CollectStacks(_Message):
+    """Write the stacks of every thread of these attempts' processes into their logs (the
+    job is about to be restarted as hung): Python's through the runtime's faulthandler where
+    it is installed, and each thread's state and kernel wait channel."""
+
+    type: Literal["collect_stacks"] = "collect_stacks"
+    keys: list[TaskKey] = Field(max_length=MAX_TASKS_LISTED)
+    reason: str = Field(default="", max_length=1024)
+
+
 ServerMessage = Annotated[
-    Welcome | StartTask | StopTask | LogsAck | HeartbeatPeriod | Refused,
+    Welcome | StartTask | StopTask | LogsAck | HeartbeatPeriod | Refused | CollectStacks,
     Field(discriminator="type"),
 ]
 server_message = TypeAdapter[ServerMessage](ServerMessage)
@@ -399,8 +410,31 @@ class CommandFailed(_Message):
     reason: str = Field(max_length=4096)
 
 
+# What a training process is doing that may keep its step from advancing for a while: none
+# of these is a hang (the first call of a train or test function traces and compiles it).
+BusyPhase = Literal["tracing", "evaluating", "checkpointing", "exporting"]
+
+
+class Progress(_Message):
+    """Where training is, sent when it changes (at most about once a second) and after each
+    reconnect. Not stored: the server keeps the latest in memory, for progress, rates and
+    hang detection."""
+
+    type: Literal["progress"] = "progress"
+    # The global step trained; under ParameterServerStrategy the last one known to have run.
+    step: int = Field(ge=0, le=2**62)
+    # Epochs x steps per epoch, where fit knows both; None: unknown.
+    total_steps: int | None = Field(default=None, ge=1, le=2**62)
+    epoch: int | None = Field(default=None, ge=0, le=MAX_INT32)  # the epoch under way, 0-based
+    epochs: int | None = Field(default=None, ge=1, le=MAX_INT32)  # fit's epochs
+    # Test batches run in the evaluation under way: evaluation is progress too.
+    eval_batches: int = Field(default=0, ge=0, le=2**62)
+    busy: BusyPhase | None = None
+
+
 RuntimeMessage = Annotated[
-    TaskHello | MetricBatch | CheckpointSaved | CommandFailed, Field(discriminator="type")
+    TaskHello | MetricBatch | CheckpointSaved | CommandFailed | Progress,
+    Field(discriminator="type"),
 ]
 runtime_message = TypeAdapter[RuntimeMessage](RuntimeMessage)
 

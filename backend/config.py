@@ -188,6 +188,14 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="How long an interruption waits for its checkpoint."
     )
 
+    hang_timeout: float = Field(
+        default=120.0,
+        ge=0,
+        description="Seconds a running job's step may stand still before it is hung, at least "
+        "(a job's spec.hang_timeout wins; else 5x its median recent step time if longer); "
+        "0: no hang detection by default.",
+    )
+
     # The client coordinator of a job with coordinator: client (runtime.connect).
     client_idle_timeout: float = Field(
         default=1800.0,

@@ -66,6 +66,29 @@ class ClientRead(BaseModel):
         )
 
 
+class JobProgress(BaseModel):
+    """Where a running job's training is, as its runtime last reported (kept in memory)."""
+
+    step: int = Field(description="The global step trained.")
+    total_steps: int | None = Field(
+        default=None, description="Epochs x steps per epoch, where fit knows both."
+    )
+    epoch: int | None = Field(default=None, description="The epoch under way, 1-based.")
+    epochs: int | None = Field(default=None, description="The epochs fit runs.")
+    steps_per_second: float | None = Field(
+        default=None, description="Over the last minute or so; null until two steps are seen."
+    )
+    eta_seconds: float | None = Field(
+        default=None, description="Until total_steps at the current rate; null if unknown."
+    )
+    busy: str | None = Field(
+        default=None,
+        description="tracing, evaluating, checkpointing or exporting: what keeps the step "
+        "from advancing now, if anything.",
+    )
+    updated_at: datetime = Field(description="When the step last advanced.")
+
+
 class JobRead(BaseModel):
     id: int
     name: str
@@ -99,6 +122,11 @@ class JobRead(BaseModel):
         default=None,
         description="coordinator: client only: the client attached now, or the last one "
         "(in the one-job read; null in lists).",
+    )
+    progress: JobProgress | None = Field(
+        default=None,
+        description="Where training is while it runs; null before the first report and once "
+        "the job has ended.",
     )
 
 

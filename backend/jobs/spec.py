@@ -277,6 +277,18 @@ class JobSpec(_Strict):
     )
     strategy_options: StrategyOptions = StrategyOptions()
     priority: Annotated[int, Field(ge=-100, le=100, description="Higher is placed first.")] = 0
+    hang_timeout: Annotated[float, Field(ge=0, le=7 * 86400)] | None = Field(
+        default=None,
+        description="Seconds a running job's step may stand still before it is declared hung: "
+        "its stacks are collected into its logs and it restarts from its checkpoint. The first "
+        "step's tracing, evaluation, checkpoint writes and export never count. null: "
+        "max(STRATA_HANG_TIMEOUT, 5x the median recent step time); 0: never.",
+    )
+    stragglers: Literal["report", "restart"] = Field(
+        default="report",
+        description="A worker slower than 1.5x the median of its peers is flagged (report); "
+        "restart also moves it to another host (parameter_server only).",
+    )
     preemptible: bool | None = Field(
         default=None,
         description="Whether a pending job of higher priority that fits nowhere may interrupt "

@@ -1487,6 +1487,53 @@ export interface components {
             /** Total */
             total: number;
         };
+        /**
+         * JobProgress
+         * @description Where a running job's training is, as its runtime last reported (kept in memory).
+         */
+        JobProgress: {
+            /**
+             * Busy
+             * @description tracing, evaluating, checkpointing or exporting: what keeps the step from advancing now, if anything.
+             */
+            busy?: string | null;
+            /**
+             * Epoch
+             * @description The epoch under way, 1-based.
+             */
+            epoch?: number | null;
+            /**
+             * Epochs
+             * @description The epochs fit runs.
+             */
+            epochs?: number | null;
+            /**
+             * Eta Seconds
+             * @description Until total_steps at the current rate; null if unknown.
+             */
+            eta_seconds?: number | null;
+            /**
+             * Step
+             * @description The global step trained.
+             */
+            step: number;
+            /**
+             * Steps Per Second
+             * @description Over the last minute or so; null until two steps are seen.
+             */
+            steps_per_second?: number | null;
+            /**
+             * Total Steps
+             * @description Epochs x steps per epoch, where fit knows both.
+             */
+            total_steps?: number | null;
+            /**
+             * Updated At
+             * Format: date-time
+             * @description When the step last advanced.
+             */
+            updated_at: string;
+        };
         /** JobRead */
         JobRead: {
             /** @description What the server would accept for this job now. */
@@ -1511,6 +1558,8 @@ export interface components {
             name: string;
             /** Priority */
             priority: number;
+            /** @description Where training is while it runs; null before the first report and once the job has ended. */
+            progress?: components["schemas"]["JobProgress"] | null;
             /**
              * Project Id
              * @description The project it belongs to (spec.project names it).
@@ -1594,6 +1643,11 @@ export interface components {
             /** @description Export the trained model when fit ends successfully; {} for the defaults. */
             export?: components["schemas"]["ExportOptions"] | null;
             /**
+             * Hang Timeout
+             * @description Seconds a running job's step may stand still before it is declared hung: its stacks are collected into its logs and it restarts from its checkpoint. The first step's tracing, evaluation, checkpoint writes and export never count. null: max(STRATA_HANG_TIMEOUT, 5x the median recent step time); 0: never.
+             */
+            hang_timeout?: number | null;
+            /**
              * Name
              * @description Short and safe: letters, digits, '.', '_' and '-'.
              */
@@ -1625,6 +1679,13 @@ export interface components {
             restart: components["schemas"]["RestartPolicy"];
             /** @description Run as one Slurm job (the server's STRATA_SLURM_* settings); null: on Strata's own agents. */
             slurm?: components["schemas"]["SlurmOptions"] | null;
+            /**
+             * Stragglers
+             * @description A worker slower than 1.5x the median of its peers is flagged (report); restart also moves it to another host (parameter_server only).
+             * @default report
+             * @enum {string}
+             */
+            stragglers: "report" | "restart";
             /**
              * Strategy
              * @enum {string}
