@@ -158,6 +158,44 @@ class UsageReport(_Message):
     tasks: list[TaskStats] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
 
 
+HealthFaultKind = Literal[
+    "gpu_lost",
+    "ecc_uncorrected",
+    "retired_pages_pending",
+    "xid",
+    "throttled",
+    "disk_space",
+    "clock_offset",
+]
+
+
+class HealthFault(_Message):
+    """One thing wrong with the host (agents.host.health): a fault takes the host out of
+    service; the same shape as a warning, which is only reported."""
+
+    kind: HealthFaultKind
+    device: int | None = Field(default=None, ge=0, le=1023)  # the GPU's index, for a GPU
+    path: str | None = Field(default=None, max_length=1024)  # the directory, for disk space
+    detail: str = Field(max_length=512)  # in words, e.g. "uncorrectable ECC errors (3)"
+    # A figure that only grows while the fault lasts (ECC errors, an XID code): a larger one
+    # is a new fault even after an operator cleared this one.
+    count: int | None = Field(default=None, ge=0, le=MAX_INT64)
+
+
+class HostHealth(_Message):
+    """What the agent's probes found (GPUs through NVML, free disk space), every few beats."""
+
+    faults: list[HealthFault] = Field(default_factory=list, max_length=1024)
+    warnings: list[HealthFault] = Field(default_factory=list, max_length=1024)
+    # Probes that could not answer this time (NVML gone, a path unreadable): neither healthy
+    # nor faulty.
+    unknown: list[str] = Field(default_factory=list, max_length=64)
+    # Seconds since the epoch: when the probes ran, and when this went into its heartbeat
+    # (the server compares the latter with its own clock).
+    checked_at: float = Field(ge=0, le=253_402_300_799, allow_inf_nan=False)
+    wall_time: float = Field(ge=0, le=253_402_300_799, allow_inf_nan=False)
+
+
 class Heartbeat(_Message):
     type: Literal["heartbeat"] = "heartbeat"
     running: list[RunningTask] = Field(default_factory=list, max_length=MAX_TASKS_LISTED)
@@ -166,6 +204,7 @@ class Heartbeat(_Message):
     # most of what heartbeats cost the server.
     running_unchanged: bool = False
     usage: UsageReport | None = None  # in a heartbeat every few seconds, not in each one
+    health: HostHealth | None = None  # as usage: every few seconds, with what probes found
 
     @model_validator(mode="after")
     def _one_list(self) -> Heartbeat:
