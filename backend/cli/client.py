@@ -17,8 +17,10 @@ from backend.cli import bundle_view, job_end
 from backend.cli.bundle_view import describe_bundle
 from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
 from backend.cli.follow import follow
+from backend.cli.progress_view import progress_cell, progress_line
 from backend.code.archive import Bundle
 from backend.jobs.spec import JobSpec
+from backend.jobs.states import JobStatus
 from backend.rest_client import ClientError, ServerUnreachable, StrataClient
 from backend.sizes import human_size
 
@@ -154,7 +156,12 @@ def _follow_to_the_end(server: str, token: str | None, job_id: int, task: str | 
     """Follow until the job ends, say last how it ended, and exit with job_end's codes."""
     try:
         status = follow(
-            server=server, token=token, job_id=job_id, console=console, task_filter=task
+            server=server,
+            token=token,
+            job_id=job_id,
+            console=console,
+            side_console=err_console,
+            task_filter=task,
         )
     except RuntimeError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
@@ -196,6 +203,7 @@ def jobs_logs(
             token=token,
             job_id=job_id,
             console=console,
+            side_console=err_console,
             task_filter=task,
             progress=False,
             until_done=False,
@@ -222,6 +230,7 @@ def jobs_ls(
         "NAME",
         "PROJECT",
         "STATUS",
+        "PROGRESS",
         "STRATEGY",
         "REPLICAS",
         "RESTARTS",
@@ -235,6 +244,7 @@ def jobs_ls(
             job.name,
             job.spec.project or "default",
             job.status.value,
+            progress_cell(job.progress),
             job.strategy,
             _replicas(job.spec),
             str(job.restart_count),
@@ -262,6 +272,10 @@ def jobs_show(
         code = [] if job.spec.code is None else describe_bundle(client, job.spec.code.sha256, files)
     console.print(f"[bold]job {job.id}[/bold] {job.name} ({job.strategy})")
     console.print(f"status: {job.status.value}" + (f" — {job.reason}" if job.reason else ""))
+    if job.progress is not None:
+        console.print(f"progress: {escape(progress_line(job.progress))}", highlight=False)
+    elif job.status is JobStatus.running:
+        console.print("progress: none reported yet", highlight=False)
     submitter = f", submitted by {job.submitted_by}" if job.submitted_by else ""
     console.print(f"project: {escape(job.spec.project or 'default')}{escape(submitter)}")
     if job.spec.slurm is not None:
