@@ -11,21 +11,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from agents.environment import TaskEnvironment
 from agents.host.bundles import DEFAULT_CACHE_BYTES, BundleCache, http_fetcher
 from agents.host.channel import Channel
 from agents.host.containers import DockerEngine
 from agents.host.containment import Containments, namespace_for
 from agents.host.devices import discover
+from agents.host.health import DEFAULT_MIN_FREE, FreeSpaceLimit, HealthMonitor, HostProbes
 from agents.host.identity import StateDirLock, default_state_dir, load_or_create_identity
 from agents.host.ports import PortClaim, default_port_count
 from agents.host.supervisor import Supervisor
 from agents.host.usage import GpuSampler, UsageSampler
 from agents.host.warm_pool import WarmPool, default_memory_budget, default_size
-from agents.protocol import Device, Heartbeat, Hello, Leaving
+from agents.protocol import Device, Heartbeat, Hello, Leaving, StartTask
 
 log = logging.getLogger(__name__)
 
 AGENT_VERSION = "0.1.0"
+# The variable naming where an attempt writes its checkpoints.
+CHECKPOINT_DIR = TaskEnvironment.model_fields["checkpoint_dir"].alias or ""
 # Under the workspace: the code bundles this agent's attempts run in.
 BUNDLE_CACHE_DIR = ".strata-bundles"
 
@@ -51,6 +55,8 @@ class AgentConfig:
     warm_pool_memory: int | None = None  # bytes they may hold; None: a quarter of the host's
     ports: int | None = None  # how many to claim; None: default_port_count(GPUs)
     port_lock_dir: Path | None = None  # machine-wide; None: default_lock_dir()
+    # Below this much free space under the workspace or a checkpoint dir, the host is faulty.
+    min_free_disk: FreeSpaceLimit = DEFAULT_MIN_FREE
 
 
 def default_address(server_url: str) -> str:
@@ -114,18 +120,31 @@ class Agent:
         )
         # Sent with a heartbeat every few seconds: GPUs (real ones only) and task processes.
         self.usage = UsageSampler(self.supervisor.attempts, GpuSampler.open(self.devices))
+        # So is what the health probes found, probed on a thread of their own.
+        self.probes = HostProbes.open(config.workspace, config.min_free_disk, self.devices)
+        self.health = HealthMonitor(self.probes.run)
         self.channel = Channel(
             config.server_url,
             config.token,
             hello=self._hello,
-            on_start=self.supervisor.start,
+            on_start=self._start,
             on_stop=self.supervisor.stop,
             flush_logs=self.supervisor.flush_logs,
-            heartbeat=lambda: Heartbeat(running=self.supervisor.running(), usage=self.usage.due()),
+            heartbeat=lambda: Heartbeat(
+                running=self.supervisor.running(),
+                usage=self.usage.due(),
+                health=self.health.due(),
+            ),
             on_logs_ack=lambda ack: self.supervisor.logs_acked(ack.key, ack.next_line),
             on_connected=self.supervisor.reconnected,
             ca_file=config.ca_file,
         )
+
+    async def _start(self, message: StartTask) -> None:
+        checkpoints = message.env.get(CHECKPOINT_DIR)
+        if checkpoints:
+            self.probes.watch_checkpoints(checkpoints)  # its free space is watched from now on
+        await self.supervisor.start(message)
 
     def _send(self, message: object) -> bool:
         return self.channel.send(message)  # type: ignore[arg-type]
@@ -196,6 +215,7 @@ class Agent:
         await self.supervisor.stop_all(self.config.stop_grace_seconds)
         self.containments.close()
         self.usage.close()
+        self.probes.close()
         if self.engine is not None:
             self.engine.close()
         self.supervisor.flush_logs()

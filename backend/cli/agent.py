@@ -132,6 +132,15 @@ def agent(
             "before SIGKILL (Slurm's KillWait, or GraceTime with preemption). 0: none.",
         ),
     ] = 20.0,
+    min_free_disk: Annotated[
+        str,
+        typer.Option(
+            envvar="STRATA_AGENT_MIN_FREE_DISK",
+            help="The least free space under the workspace and the checkpoint directories of "
+            "this host's tasks: less is a fault, and the server takes the host out of service "
+            "(cordons it). A size like 1GiB, or a share of the disk like 2%.",
+        ),
+    ] = "1GiB",
     log_level: Annotated[
         str, typer.Option(help="How much the agent logs: " + ", ".join(AGENT_LOG_LEVELS) + ".")
     ] = "info",
@@ -139,6 +148,7 @@ def agent(
     """Run a host agent: it joins the server and runs the tasks placed on this host."""
     # Here rather than at the top: every `strata` command loads this module.
     from agents.host.agent import Agent, AgentConfig, default_address, parse_port_range
+    from agents.host.health import FreeSpaceLimit
     from agents.host.identity import StateDirError
 
     if log_level.lower() not in AGENT_LOG_LEVELS:
@@ -153,6 +163,10 @@ def agent(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--port-range") from None
     cache_bytes = parse_bundle_cache_bytes(bundle_cache_bytes)
+    try:
+        free_limit = FreeSpaceLimit.parse(min_free_disk)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--min-free-disk") from None
     join_token = _join_token(token, token_file)
     if not workspace.is_dir():
         raise typer.BadParameter(f"{workspace} is not a directory", param_hint="--workspace")
@@ -171,6 +185,7 @@ def agent(
         bundle_cache_bytes=cache_bytes,
         warm_pool=warm_pool,
         notice_seconds=notice,
+        min_free_disk=free_limit,
         warm_pool_memory=None
         if warm_pool_memory is None
         else parse_warm_pool_memory(warm_pool_memory),
