@@ -8,6 +8,8 @@ export type Job = Schemas["JobRead"];
 export type JobPage = Schemas["JobPage"];
 export type JobSpec = Schemas["JobSpec"];
 export type JobStatus = Schemas["JobStatus"];
+/** Where a running job's training is (JobRead.progress): step, total, rate, ETA. */
+export type JobProgress = Schemas["JobProgress"];
 export type Task = Schemas["TaskRead"];
 export type TaskStatus = Schemas["TaskStatus"];
 export type JobEvent = Schemas["JobEventRead"];

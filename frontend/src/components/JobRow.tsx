@@ -1,9 +1,11 @@
-// One row of the jobs list: a click opens the job, the box picks it to compare, a tag searches.
+// One row of the jobs list: a click opens the job, the box picks it to compare, a tag searches;
+// a running job shows how far it is.
 import type { Job } from "../api/types";
 import { replicaSummary, roleLabel, strategyLabel, tasksRestartedAlone } from "../data/jobRow";
 import { ago } from "../ui/format";
 import { href, navigate } from "../ui/router";
 import { StatusBadge } from "./common";
+import { ProgressCell } from "./RunProgress";
 
 export function JobRow({
   job,
@@ -65,6 +67,9 @@ export function JobRow({
       </td>
       <td>
         <StatusBadge status={job.status} />
+      </td>
+      <td>
+        <ProgressCell progress={job.progress} />
       </td>
       <td class="muted nowrap" title={job.strategy}>
         {strategyLabel(job.strategy)}

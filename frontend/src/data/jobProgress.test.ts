@@ -25,6 +25,11 @@ describe("the job's progress line", () => {
     expect(progressSummary(all)).toBe("epoch 4 · step 95 · loss 0.3125 · 12 steps/s");
   });
 
+  it("gives the loss alone when the runtime's report says the rest", () => {
+    const all = [series("epoch", [[80, 4]]), series("loss", [[80, 0.3125]]), series("steps_per_sec", [[80, 12]])];
+    expect(progressSummary(all, { steps: false })).toBe("loss 0.3125");
+  });
+
   it("falls back to the batch loss before an epoch ended", () => {
     expect(progressSummary([series("batch/loss", [[7, 1.5]])])).toBe("step 7 · loss 1.5");
   });

@@ -1,5 +1,6 @@
 // The jobs list for a filter, search and project: read now, kept live from the cluster stream
-// (statuses change at once, events trigger a refetch) and read again now and then.
+// (statuses change at once, events trigger a refetch) and read again now and then (every few
+// seconds while a job runs, for its progress).
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, api, websocketUrl } from "../api/client";
 import { signalUnauthorized } from "../api/auth";
@@ -12,6 +13,8 @@ import { StreamClient } from "../stream/client";
 import { setConnection } from "../ui/connection";
 
 const PAGE_SIZE = 100;
+// Progress (steps, rate, ETA) changes without events: read again this often while a job runs.
+const PROGRESS_MS = 5_000;
 
 export interface JobsList {
   page: JobPage | null;
@@ -72,6 +75,13 @@ export function useJobsList(filter: Filter, search: string, project: string): Jo
       setConnection(null);
     };
   }, [load]);
+
+  const running = page?.items.some((job) => job.status === "running") ?? false;
+  useEffect(() => {
+    if (!running) return;
+    const timer = setInterval(() => void load(), PROGRESS_MS);
+    return () => clearInterval(timer);
+  }, [running, load]);
 
   return { page, error, load };
 }

@@ -1,4 +1,5 @@
-// One job: header and controls, topology, live charts, events, checkpoints and logs.
+// One job: header and controls, its progress while it runs, topology, live charts, events,
+// checkpoints and logs.
 import { useEffect, useRef, useState } from "preact/hooks";
 import { onAccess, readOnlyReason } from "../api/access";
 import { isFinished } from "../api/types";
@@ -11,6 +12,7 @@ import { JobActionsBar } from "../components/JobActionsBar";
 import { JobCharts } from "../components/JobCharts";
 import { JobTitle } from "../components/JobTitle";
 import { LogViewer } from "../components/LogViewer";
+import { RunProgress } from "../components/RunProgress";
 import { Topology } from "../components/Topology";
 import { sortSeries } from "../data/jobCharts";
 import { progressSummary } from "../data/jobProgress";
@@ -53,13 +55,17 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
 
   const finished = isFinished(job.status);
   const series = sortSeries(live.series.all());
+  // While the runtime reports progress, its strip says step, epoch and rate: the title adds the loss.
+  const summary = progressSummary(series, { steps: !job.progress });
 
   return (
     <div data-testid="job-page" data-job-id={job.id} data-status={job.status}>
       <div class="job-head">
-        <JobTitle job={job} progress={progressSummary(series)} now={now} />
+        <JobTitle job={job} progress={summary} now={now} />
         <JobActionsBar job={job} controls={controls} readOnlyWhy={readOnlyWhy} />
       </div>
+
+      <RunProgress progress={job.progress} />
 
       <ActionOutcomes outcomes={controls.outcomes} now={now} dismiss={controls.dismiss} />
 

@@ -97,6 +97,7 @@ export function JobsPage() {
                     <th>Name</th>
                     <th>Project</th>
                     <th>Status</th>
+                    <th title="Steps done, and the time left at the current rate">Progress</th>
                     <th>Strategy</th>
                     <th>Replicas</th>
                     <th title="Job restarts">Restarts</th>
