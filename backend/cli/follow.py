@@ -52,6 +52,7 @@ class Following:
     step: int = 0
     status: str = "pending"
     progress: JobProgress | None = None
+    history_done: bool = False  # until then the status is one of the past's
 
     def take(self, frame: dict[str, Any]) -> None:
         for name, (steps, values, _times) in frame["series"].items():
@@ -126,7 +127,12 @@ class PlainLines:
 
     def offer(self, following: Following, job_id: int) -> None:
         line = following.plain(job_id)
-        if following.progress is None or line == self.last or time.monotonic() < self.next_at:
+        if (
+            not following.history_done
+            or following.progress is None
+            or line == self.last
+            or time.monotonic() < self.next_at
+        ):
             return
         self.console.print(escape(line), highlight=False, soft_wrap=True)
         self.last = line
@@ -219,8 +225,10 @@ def follow(
                                 state.status = frame["event"]["to_status"]
                                 if state.status in TERMINAL and until_done and ended_at is None:
                                     ended_at = time.monotonic()
-                            elif kind == "history_end" and not until_done:
-                                return state.status
+                            elif kind == "history_end":
+                                state.history_done = True
+                                if not until_done:
+                                    return state.status
                             show_progress()
                 except (ConnectionClosed, OSError, InvalidHandshake) as exc:
                     if isinstance(exc, ConnectionClosed) and exc.rcvd and exc.rcvd.code == 1008:
