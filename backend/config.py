@@ -188,6 +188,20 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="How long an interruption waits for its checkpoint."
     )
 
+    # A host whose tasks fail for infrastructure causes this often is cordoned (0: never).
+    host_failure_cordon_count: int = Field(
+        default=3, ge=0, description="Infrastructure failures that cordon a host; 0: none do."
+    )
+    host_failure_cordon_minutes: float = Field(
+        default=10.0, ge=0, description="Within how many minutes; 0: never cordon for them."
+    )
+    host_clock_offset_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="How far an agent's clock may be from the server's before it is a fault "
+        "that cordons its host; 0: never.",
+    )
+
     hang_timeout: float = Field(
         default=120.0,
         ge=0,

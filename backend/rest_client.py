@@ -305,6 +305,12 @@ class StrataClient:
             params["reason"] = reason
         return self._request("POST", f"/hosts/{name}/notice", _HOST, params=params)
 
+    def cordon_host(self, name: str, *, reason: str) -> HostRead:
+        return self._request("POST", f"/hosts/{name}/cordon", _HOST, json={"reason": reason})
+
+    def uncordon_host(self, name: str) -> HostRead:
+        return self._request("POST", f"/hosts/{name}/uncordon", _HOST)
+
 
 # What each route answers (its response_model), read straight from the JSON.
 _JOB = TypeAdapter(JobRead)

@@ -256,6 +256,8 @@ def _beat(reports: AgentReports, beat: Heartbeat, host: str, listed: _Listed) ->
     if not beat.running_unchanged:
         listed.update(beat.running)
     reports.on_heartbeat(host, listed.running, listed.keys)
+    if beat.health is not None:
+        reports.on_health(host, beat.health)
 
 
 async def _dispatch(

@@ -28,4 +28,6 @@ class AuditAction(StrEnum):
     host_forget = "host.forget"
     host_drain = "host.drain"
     host_undrain = "host.undrain"
+    host_cordon = "host.cordon"
+    host_uncordon = "host.uncordon"
     host_notice = "host.notice"

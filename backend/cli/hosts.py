@@ -1,5 +1,5 @@
-"""`strata hosts`: list the hosts, drain one, put it back in service, give notice that one
-goes, or forget it."""
+"""`strata hosts`: list the hosts, drain or cordon one, put it back in service, give notice
+that one goes, or forget it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from agents.runtime_environment import EngineInfo
 from backend.cli.client import ServerOption, TokenOption, connect, console
+from backend.hosts.health import fault_words
 from backend.hosts.schemas import HostRead
 
 
@@ -20,7 +21,7 @@ def hosts(ctx: typer.Context, server: ServerOption = None, token: TokenOption = 
         return
     with connect(server, token) as client:
         found = client.hosts()
-    table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "ENGINE", "PORTS", "HEARTBEAT")
+    table = Table("NAME", "ADDRESS", "STATUS", "DEVICES", "ENGINE", "PORTS", "HEARTBEAT", "HEALTH")
     for host in found:
         devices = ", ".join(f"{d.index}:{d.name}" for d in host.devices) or "-"
         low, high = host.port_range
@@ -32,8 +33,22 @@ def hosts(ctx: typer.Context, server: ServerOption = None, token: TokenOption = 
             _engine_column(host.engine),
             f"{low}-{high}",
             f"{host.heartbeat_age_seconds:.1f}s ago",
+            _health_column(host),
         )
     console.print(table)
+
+
+def _health_column(host: HostRead) -> str:
+    """'cordoned: GPU 1: uncorrectable ECC errors (3)', the faults reported since, or '-'."""
+    parts = []
+    if host.cordon_reason is not None:
+        parts.append(f"cordoned ({host.cordon_cause or 'manual'}): {host.cordon_reason}")
+    faults = [fault_words(f) for f in host.faults]
+    if faults and faults != [host.cordon_reason]:
+        parts.append("faults: " + "; ".join(faults))
+    if host.warnings:
+        parts.append("warnings: " + "; ".join(fault_words(w) for w in host.warnings))
+    return escape(" | ".join(parts)) if parts else "-"
 
 
 def _status_column(host: HostRead) -> str:
@@ -101,6 +116,33 @@ def hosts_notice(
     console.print(f"{escape(host.name)} goes in {seconds:g}s: its jobs are being moved off")
 
 
+def hosts_cordon(
+    name: Annotated[str, typer.Argument(help="The host's name.")],
+    reason: Annotated[str, typer.Option(help="Why, shown with the host until it is cleared.")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cordon a host: no new task goes there; what runs there goes on."""
+    with connect(server, token) as client:
+        host = client.cordon_host(name, reason=reason)
+    console.print(f"cordoned {escape(host.name)}: {escape(host.cordon_reason or reason)}")
+
+
+def hosts_uncordon(
+    name: Annotated[str, typer.Argument(help="The host's name.")],
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Clear a host's cordon (an operator's, a fault's or its failures'): it takes tasks
+    again. Faults its agent reports now cordon it again only if they change."""
+    with connect(server, token) as client:
+        host = client.uncordon_host(name)
+    console.print(f"{escape(host.name)} takes tasks again")
+    if host.faults:
+        still = "; ".join(fault_words(f) for f in host.faults)
+        console.print(f"acknowledged, still reported: {escape(still)}")
+
+
 def hosts_forget(
     name: Annotated[str, typer.Argument(help="The host's name.")],
     server: ServerOption = None,
@@ -114,12 +156,14 @@ def hosts_forget(
 
 def register(app: typer.Typer) -> None:
     hosts_app = typer.Typer(
-        help="List hosts; drain, undrain, give notice for or forget one.",
+        help="List hosts; drain, undrain, cordon, uncordon, give notice for or forget one.",
         invoke_without_command=True,
     )
     hosts_app.callback()(hosts)
     hosts_app.command("drain")(hosts_drain)
     hosts_app.command("undrain")(hosts_undrain)
+    hosts_app.command("cordon")(hosts_cordon)
+    hosts_app.command("uncordon")(hosts_uncordon)
     hosts_app.command("notice")(hosts_notice)
     hosts_app.command("forget")(hosts_forget)
     app.add_typer(hosts_app, name="hosts")

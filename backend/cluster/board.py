@@ -105,7 +105,18 @@ class HostPart:
         engine = None if host.engine is None else EngineInfo.model_validate(host.engine)
         head = {"name": host.name, "address": host.address, "status": host.status}
         self.head = to_json(head)[:-1]
-        self.tail = b"," + to_json({"engine": engine, "devices": devices, "tasks": refs})[1:]
+        self.tail = (
+            b","
+            + to_json(
+                {
+                    "engine": engine,
+                    "devices": devices,
+                    "tasks": refs,
+                    "cordon_reason": host.cordon_reason,
+                    "cordon_cause": host.cordon_cause,
+                }
+            )[1:]
+        )
         self.names = names
         self.samples = usage.samples_of(host.name, self.names) if samples is None else samples
         self.free_gpus = sum(1 for d in devices if d["task"] is None) if online else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from agents.runtime_environment import EngineInfo
+from backend.hosts.health import CordonCause
 from backend.hosts.schemas import DeviceRead, TaskStatsRead
 from backend.hosts.states import HostStatus
 from backend.jobs.states import TaskStatus
@@ -34,6 +35,8 @@ class HostUsage(BaseModel):
     engine: EngineInfo | None  # as in HostRead
     devices: list[DeviceUsage]
     tasks: list[TaskRef]
+    cordon_reason: str | None = None  # as in HostRead: why it takes no new task
+    cordon_cause: CordonCause | None = None
 
 
 class ClusterTotals(BaseModel):

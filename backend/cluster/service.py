@@ -14,6 +14,7 @@ from sqlalchemy.orm import selectinload
 from agents.runtime_environment import EngineInfo
 from backend.db import utcnow
 from backend.errors import Conflict, NotFound
+from backend.hosts import health
 from backend.hosts.models import Device, Host
 from backend.hosts.names import NameClash, admit_hello
 from backend.hosts.schemas import DeviceRead, HostRead
@@ -177,6 +178,12 @@ def host_read(host: Host, live_tasks: int = 0) -> HostRead:
         heartbeat_age_seconds=_age(host),
         draining_since=host.draining_since,
         live_tasks=live_tasks,
+        cordon_reason=host.cordon_reason,
+        cordoned_at=host.cordoned_at,
+        cordon_cause=host.cordon_cause,
+        faults=health.loaded(host.faults),
+        warnings=health.loaded(host.warnings),
+        faults_since=host.faults_since,
     )
 
 
@@ -215,7 +222,14 @@ async def cluster_rows(
 ) -> ClusterRows:
     """Every host's rows, or only those of `host_ids` (gone hosts are left out)."""
     hosts = select(
-        Host.id, Host.name, Host.address, Host.status, Host.engine, Host.last_heartbeat_at
+        Host.id,
+        Host.name,
+        Host.address,
+        Host.status,
+        Host.engine,
+        Host.last_heartbeat_at,
+        Host.cordon_reason,
+        Host.cordon_cause,
     )
     devices = select(
         Device.host_id,

@@ -35,6 +35,18 @@ class Host(Base):
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Since when it is drained: it takes no new task, and what runs there is moved off.
     draining_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Cordoned: it takes no new task, but what runs there goes on. Why, since when, and by
+    # what: "manual" (an operator), "fault" (its agent's probes), "failures" (its tasks'
+    # infrastructure failures). Cleared only by an operator (backend.hosts.health).
+    cordon_reason: Mapped[str | None] = mapped_column(String(512))
+    cordoned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cordon_cause: Mapped[str | None] = mapped_column(String(16))
+    # What its agent's last health report found (HealthFault fields), and since when.
+    faults: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    warnings: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    faults_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Faults an operator cleared the cordon for: they cordon it again only once they change.
+    acknowledged_faults: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 
     devices: Mapped[list[Device]] = relationship(
         back_populates="host", cascade="all, delete-orphan", order_by="Device.index"

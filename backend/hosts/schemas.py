@@ -6,7 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from agents.protocol import HealthFault
 from agents.runtime_environment import EngineInfo
+from backend.hosts.health import CordonCause
 from backend.hosts.states import HostStatus
 
 
@@ -65,4 +67,25 @@ class HostRead(BaseModel):
     )
     live_tasks: int = Field(
         default=0, description="Task attempts placed on it that have not ended (what is left)."
+    )
+    cordon_reason: str | None = Field(
+        default=None,
+        description="Why it is cordoned (it takes no new task; what runs there goes on) until "
+        "an operator clears it (POST /hosts/{name}/uncordon); null: it is not.",
+    )
+    cordoned_at: datetime | None = None
+    cordon_cause: CordonCause | None = Field(
+        default=None,
+        description="manual: an operator; fault: a fault its agent reported (or its clock); "
+        "failures: its tasks' infrastructure failures.",
+    )
+    faults: list[HealthFault] = Field(
+        default_factory=list,
+        description="What its agent's last health report found wrong (each cordons it).",
+    )
+    warnings: list[HealthFault] = Field(
+        default_factory=list, description="What that report found worth saying (no cordon)."
+    )
+    faults_since: datetime | None = Field(
+        default=None, description="Since when its faults and warnings are as they are."
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.vocabulary import Role
@@ -32,6 +32,8 @@ class Counts:
     hosts: dict[str, int] = field(default_factory=dict)  # by status
     gpus: int = 0  # on online hosts
     gpus_allocated: int = 0  # held by live tasks
+    cordoned: dict[str, str] = field(default_factory=dict)  # host -> its cordon's cause
+    faults: dict[tuple[str, str], int] = field(default_factory=dict)  # by (host, kind)
 
 
 async def read_counts(*, session: AsyncSession) -> Counts:
@@ -71,6 +73,17 @@ async def read_counts(*, session: AsyncSession) -> Counts:
         )
         or 0
     )
+    # Only hosts cordoned or ever reported faulty are read: a healthy fleet returns no row.
+    for name, cause, cordoned_at, faults in await session.execute(
+        select(Host.name, Host.cordon_cause, Host.cordoned_at, Host.faults).where(
+            or_(Host.cordoned_at.is_not(None), Host.faults_since.is_not(None))
+        )
+    ):
+        if cordoned_at is not None:
+            counts.cordoned[name] = cause or "manual"
+        for fault in faults or []:
+            key = (name, str(fault.get("kind")))
+            counts.faults[key] = counts.faults.get(key, 0) + 1
     return counts
 
 
@@ -112,6 +125,24 @@ class CountsCollector(Collector):
             "GPUs held by scheduled and running tasks.",
             value=counts.gpus_allocated,
         )
+        cordoned = GaugeMetricFamily(
+            "strata_host_cordoned",
+            "1 for each cordoned host (it takes no new task), by what cordoned it: manual, "
+            "fault or failures.",
+            labels=["host", "cause"],
+        )
+        for host, cause in sorted(counts.cordoned.items()):
+            cordoned.add_metric([host, cause], 1)
+        yield cordoned
+        faults = GaugeMetricFamily(
+            "strata_host_faults",
+            "Faults in each host's last health report, by kind (gpu_lost, ecc_uncorrected, "
+            "retired_pages_pending, xid, disk_space, clock_offset).",
+            labels=["host", "kind"],
+        )
+        for (host, kind), number in sorted(counts.faults.items()):
+            faults.add_metric([host, kind], number)
+        yield faults
 
 
 class Scraper:

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from agents.protocol import (
     HeartbeatPeriod,
     Hello,
+    HostHealth,
     RunningTask,
     ServerMessage,
     TaskExit,
@@ -131,6 +132,7 @@ class AgentReports:
 
         forgotten = await self.controller.apply(change)
         self.view.forget_host(name)
+        self.controller.health.forget(name)
         return forgotten
 
     def heard_from(self, host_name: str) -> None:
@@ -153,6 +155,12 @@ class AgentReports:
                 return
         view.to_compare[host_name] = running
         self.controller.wake()
+
+    def on_health(self, host_name: str, health: HostHealth) -> None:
+        """What the host's probes found: noted in memory, and applied by the next pass only
+        when it differs from what it found before."""
+        if self.controller.health.report(host_name, health):
+            self.controller.wake()
 
     async def attempt_ran_on(self, host_name: str, key: TaskKey) -> bool:
         """Whether that host runs or ran this task attempt (a read: no lock needed)."""

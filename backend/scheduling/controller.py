@@ -27,6 +27,7 @@ from backend.config import Settings
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.executors import Executors
+from backend.scheduling.health_notes import HealthNotes
 from backend.scheduling.interruptions import Interrupter
 from backend.scheduling.outbox import CommandOutbox
 from backend.scheduling.pace import HeartbeatPace
@@ -34,6 +35,7 @@ from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.drains import Drains
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
+from backend.scheduling.reconcilers.host_health import HostHealthChecks
 from backend.scheduling.reconcilers.idle_clients import IdleClients
 from backend.scheduling.reconcilers.lost_hosts import LostHosts
 from backend.scheduling.reconcilers.pending_jobs import PendingJobs
@@ -75,6 +77,8 @@ class Controller:
         self.monitor = monitor  # times passes; transactions record what they decided
         self.sessions = sessions
         self.view = ClusterView()
+        # Hosts' health reports and infrastructure failures, noted for the next pass.
+        self.health = HealthNotes(clock_limit=settings.host_clock_offset_seconds)
         self.pace = HeartbeatPace.from_settings(settings)
         self.executors = executors  # where tasks run: its agents send what passes decide
         self._lock = asyncio.Lock()
@@ -94,6 +98,7 @@ class Controller:
             ReportedStarts(view=view),
             RunningTasks(view=view),
             LostHosts(view=view, pace=self.pace),
+            HostHealthChecks(notes=self.health, view=view, settings=settings),
             IdleClients(settings=settings),
             FinishedJobs(),
             RestartedTasks(view=view),
@@ -165,7 +170,12 @@ class Controller:
         took = time.perf_counter()
         try:
             async with self.sessions() as session:
-                tx = Transaction(session=session, executors=self.executors, monitor=self.monitor)
+                tx = Transaction(
+                    session=session,
+                    executors=self.executors,
+                    monitor=self.monitor,
+                    health=self.health,
+                )
                 yield tx
                 await session.commit()
         finally:

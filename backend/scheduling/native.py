@@ -146,7 +146,11 @@ class NativeAgents:
                     Host.port_range_start,
                     Host.port_range_end,
                     Host.engine,
-                ).where(Host.status == HostStatus.online, Host.draining_since.is_(None))
+                ).where(
+                    Host.status == HostStatus.online,
+                    Host.draining_since.is_(None),
+                    Host.cordoned_at.is_(None),  # drained or cordoned: nothing new goes there
+                )
             )
             if self.hub.takes_tasks(row.name)
         ]

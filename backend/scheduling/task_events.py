@@ -8,6 +8,7 @@ not on the reporting host, changes nothing.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 from typing import Protocol
 
@@ -185,6 +186,11 @@ async def apply_exit(
         message=outcome.reason,
         data=details,
     )
+    if outcome.task_status is TaskStatus.failed:
+        cause = infrastructure_cause(exit, vanished)
+        if cause is not None:
+            evidence = {"job_id": job.id, "task": task.name, "attempt": task.attempt}
+            tx.infrastructure_failure(host.name, {**evidence, "cause": cause})
     if outcome.job_status is None:
         return
     reason = outcome.reason
@@ -222,6 +228,29 @@ async def apply_exit(
     )
 
 
+# Signals that say more about the host than the program: the kernel's OOM killer (or a person)
+# when not the task's own memory limit, and a bus error (a memory or storage fault). Others
+# (SIGSEGV, SIGABRT) are most often the program's own doing.
+HOST_SIGNALS = {int(signal.SIGKILL): "SIGKILL", int(signal.SIGBUS): "SIGBUS"}
+
+
+def infrastructure_cause(exit: TaskExit, vanished: bool) -> str | None:
+    """Why a failed attempt's end counts against its host, if it does: it vanished with its
+    agent, or a signal neither Strata nor the task's own memory limit sent killed it. An
+    agent's own stop, an interruption, a refusal or a failed start does not count."""
+    if vanished:
+        return "vanished with its agent"
+    if exit.agent_stopping or exit.interrupted or exit.refused or exit.error is not None:
+        return None
+    if exit.over_memory_limit is not None:
+        return None
+    number = exit.signal
+    if number is None and exit.exit_code is not None and exit.exit_code > 128:
+        number = exit.exit_code - 128  # a container's main process, as its engine says
+    name = None if number is None else HOST_SIGNALS.get(number)
+    return None if name is None else f"killed by {name}"
+
+
 def allocation_ending(tx: Transaction, host: Host, job: Job, exit: TaskExit) -> bool:
     """Whether the exit is the job's own allocation going away (Slurm stopping the agents it
     started for the job: a requeue, a preemption, the Slurm job's end) rather than a failure.
@@ -250,9 +279,14 @@ async def jobs_on(session: AsyncSession, host_name: str) -> dict[int, frozenset[
 async def mark_host_lost(*, tx: Transaction, host: Host, reason: str) -> None:
     """Its tasks cannot keep their addresses: mark them lost; re-place or end their jobs."""
     session = tx.session
-    for task in await session.scalars(
-        select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE_TASK_STATUSES))
-    ):
+    live = list(
+        await session.scalars(
+            select(Task).where(Task.host_id == host.id, Task.status.in_(LIVE_TASK_STATUSES))
+        )
+    )
+    if live:  # once per loss, however many tasks it took
+        tx.infrastructure_failure(host.name, {"cause": "host lost", "tasks": len(live)})
+    for task in live:
         if task.status not in LIVE_TASK_STATUSES:
             continue  # already re-placed with a sibling that was on this host too
         job = await session.get_one(Job, task.job_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -15,6 +16,7 @@ from agents.protocol import TaskKey
 from backend.jobs.models import Job, Task
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.executors import Agents, Executors
+from backend.scheduling.health_notes import HealthNotes
 from backend.scheduling.outbox import CommandOutbox
 
 
@@ -26,6 +28,7 @@ class Transaction:
     # What to note in memory once the transaction has committed (never if it rolls back).
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     monitor: ServerMetrics | None = None  # the server's instruments (/metrics)
+    health: HealthNotes | None = None  # where hosts' infrastructure failures are counted
 
     def observe(self, record: Callable[[ServerMetrics], None]) -> None:
         """Record something in the server's metrics once this transaction has committed (a
@@ -33,6 +36,12 @@ class Transaction:
         monitor = self.monitor
         if monitor is not None:
             self.after_commit.append(lambda: record(monitor))
+
+    def infrastructure_failure(self, host: str, evidence: dict[str, Any]) -> None:
+        """Count a task's infrastructure failure against its host once this commits."""
+        notes = self.health
+        if notes is not None:
+            self.after_commit.append(lambda: notes.failed(host, evidence))
 
     @property
     def agents(self) -> Agents:

@@ -33,6 +33,8 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/hosts/local-0/drain"),
     ("DELETE", "/hosts/local-0/drain"),
     ("POST", "/hosts/local-0/notice"),
+    ("POST", "/hosts/local-0/cordon"),
+    ("POST", "/hosts/local-0/uncordon"),
     ("GET", "/cluster"),
     ("GET", "/metrics"),
     ("POST", "/tokens"),

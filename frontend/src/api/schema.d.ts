@@ -157,6 +157,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/hosts/{name}/cordon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cordon Host
+         * @description Cordon a host: it takes no new task, and what runs there goes on (unlike a drain).
+         *     Hosts are also cordoned by themselves, for a fault their agent reports or for repeated
+         *     infrastructure failures of their tasks.
+         */
+        post: operations["cordon_host_hosts__name__cordon_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/hosts/{name}/drain": {
         parameters: {
             query?: never;
@@ -206,6 +228,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/hosts/{name}/uncordon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Uncordon Host
+         * @description Clear a host's cordon: it takes tasks again. The faults its agent reports now are
+         *     acknowledged: they cordon it again only if they change (another fault, a count that
+         *     grew) or once they have cleared and come back.
+         */
+        post: operations["uncordon_host_hosts__name__uncordon_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs": {
         parameters: {
             query?: never;
@@ -241,8 +285,8 @@ export interface paths {
         };
         /**
          * Read Job
-         * @description A job with its tasks (and their last CPU and memory samples), placement, status and
-         *     reason.
+         * @description A job with its tasks (and their last CPU and memory samples), placement, status,
+         *     reason and, while it trains, progress.
          */
         get: operations["read_job_jobs__job_id__get"];
         put?: never;
@@ -864,7 +908,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain" | "host.notice";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain" | "host.cordon" | "host.uncordon" | "host.notice";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
@@ -925,6 +969,14 @@ export interface components {
              * @description Pass as `before` for the next (older) page; null when this is the last.
              */
             next_before: number | null;
+        };
+        /** Body_cordon_host_hosts__name__cordon_post */
+        Body_cordon_host_hosts__name__cordon_post: {
+            /**
+             * Reason
+             * @description Why, in a few words: shown with the host until it is cleared.
+             */
+            reason: string;
         };
         /** BundleMember */
         BundleMember: {
@@ -1173,6 +1225,11 @@ export interface components {
              */
             sha256: string;
         };
+        /**
+         * CordonCause
+         * @enum {string}
+         */
+        CordonCause: "manual" | "fault" | "failures";
         /** DeviceRead */
         DeviceRead: {
             /** Index */
@@ -1314,6 +1371,26 @@ export interface components {
             status: string;
         };
         /**
+         * HealthFault
+         * @description One thing wrong with the host (agents.host.health): a fault takes the host out of
+         *     service; the same shape as a warning, which is only reported.
+         */
+        HealthFault: {
+            /** Count */
+            count?: number | null;
+            /** Detail */
+            detail: string;
+            /** Device */
+            device?: number | null;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "gpu_lost" | "ecc_uncorrected" | "retired_pages_pending" | "xid" | "throttled" | "disk_space" | "clock_offset";
+            /** Path */
+            path?: string | null;
+        };
+        /**
          * HistoryEndFrame
          * @description History is over: what follows is live.
          */
@@ -1335,6 +1412,15 @@ export interface components {
             address: string;
             /** Agent Version */
             agent_version: string | null;
+            /** @description manual: an operator; fault: a fault its agent reported (or its clock); failures: its tasks' infrastructure failures. */
+            cordon_cause?: components["schemas"]["CordonCause"] | null;
+            /**
+             * Cordon Reason
+             * @description Why it is cordoned (it takes no new task; what runs there goes on) until an operator clears it (POST /hosts/{name}/uncordon); null: it is not.
+             */
+            cordon_reason?: string | null;
+            /** Cordoned At */
+            cordoned_at?: string | null;
             /** Devices */
             devices: components["schemas"]["DeviceRead"][];
             /**
@@ -1344,6 +1430,16 @@ export interface components {
             draining_since?: string | null;
             /** @description The container engine its agent can start tasks in (environment.image); null: it has none, and runs no job that names an image. */
             engine: components["schemas"]["EngineInfo"] | null;
+            /**
+             * Faults
+             * @description What its agent's last health report found wrong (each cordons it).
+             */
+            faults?: components["schemas"]["HealthFault"][];
+            /**
+             * Faults Since
+             * @description Since when its faults and warnings are as they are.
+             */
+            faults_since?: string | null;
             /** Heartbeat Age Seconds */
             heartbeat_age_seconds: number;
             /**
@@ -1370,6 +1466,11 @@ export interface components {
              */
             registered_at: string;
             status: components["schemas"]["HostStatus"];
+            /**
+             * Warnings
+             * @description What that report found worth saying (no cordon).
+             */
+            warnings?: components["schemas"]["HealthFault"][];
         };
         /**
          * HostStatus
@@ -1380,6 +1481,9 @@ export interface components {
         HostUsage: {
             /** Address */
             address: string;
+            cordon_cause?: components["schemas"]["CordonCause"] | null;
+            /** Cordon Reason */
+            cordon_reason?: string | null;
             /** Devices */
             devices: components["schemas"]["DeviceUsage"][];
             engine: components["schemas"]["EngineInfo"] | null;
@@ -3026,6 +3130,69 @@ export interface operations {
             };
         };
     };
+    cordon_host_hosts__name__cordon_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The host's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Body_cordon_host_hosts__name__cordon_post"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
     drain_host_hosts__name__drain_post: {
         parameters: {
             query?: {
@@ -3155,6 +3322,65 @@ export interface operations {
                 /** @description What gave notice, for the job's events. */
                 reason?: string;
             };
+            header?: never;
+            path: {
+                /** @description The host's name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    uncordon_host_hosts__name__uncordon_post: {
+        parameters: {
+            query?: never;
             header?: never;
             path: {
                 /** @description The host's name. */

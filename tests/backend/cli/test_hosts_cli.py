@@ -63,3 +63,17 @@ def test_drain_undrain_and_notice_say_what_they_did(server_url: str) -> None:
         assert missing.returncode == 1 and "host nowhere does not exist" in missing.stderr
     bad = strata("hosts", "notice", "gpu-7", "--seconds", "0", url=server_url)
     assert bad.returncode == 2 and "--seconds" in bad.stderr
+
+
+def test_cordon_shows_in_the_list_and_uncordon_clears_it(server_url: str) -> None:
+    cordoned = strata("hosts", "cordon", "gpu-7", "--reason", "fan noise", url=server_url)
+    assert cordoned.returncode == 0, cordoned.stderr
+    assert cordoned.stdout.strip() == "cordoned gpu-7: fan noise"
+    listed = strata("hosts", url=server_url)
+    assert "cordoned (manual): fan noise" in listed.stdout
+    cleared = strata("hosts", "uncordon", "gpu-7", url=server_url)
+    assert (cleared.returncode, cleared.stdout.strip()) == (0, "gpu-7 takes tasks again")
+    assert "cordoned" not in strata("hosts", url=server_url).stdout
+    for command in (("cordon", "nowhere", "--reason", "x"), ("uncordon", "nowhere")):
+        missing = strata("hosts", *command, url=server_url)
+        assert missing.returncode == 1 and "host nowhere does not exist" in missing.stderr

@@ -134,6 +134,8 @@ def expected_outside_jobs(method: str, path: str, role: str) -> set[int] | None:
         ("POST", "/hosts/{name}/drain"): admin_only,  # a host serves every project
         ("DELETE", "/hosts/{name}/drain"): admin_only,
         ("POST", "/hosts/{name}/notice"): admin_only,
+        ("POST", "/hosts/{name}/cordon"): admin_only,
+        ("POST", "/hosts/{name}/uncordon"): admin_only,
         ("GET", "/cluster"): None,
         ("GET", "/metrics"): admin_only,  # Prometheus: every project's numbers
         ("POST", "/tokens"): admin_only,
