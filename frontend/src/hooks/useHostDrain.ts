@@ -3,6 +3,7 @@
 import { api } from "../api/client";
 import type { Host } from "../api/types";
 import { confirmChoice } from "../components/ConfirmDialog";
+import { uncordonDone, uncordonPending } from "../data/hostCordon";
 import { deadlineSeconds, drainConfirm, drainDone, drainPending, undrainDone, undrainPending } from "../data/hostDrain";
 import type { Outcome } from "../data/outcomes";
 import { useActionRunner } from "./useActionRunner";
@@ -14,6 +15,7 @@ export interface HostDrain {
   busy: Set<string>;
   drain: (host: Host) => Promise<void>;
   undrain: (host: Host) => Promise<void>;
+  uncordon: (host: Host) => Promise<void>;
 }
 
 export function useHostDrain(refresh: () => void, answered: (host: Host) => void): HostDrain {
@@ -47,5 +49,17 @@ export function useHostDrain(refresh: () => void, answered: (host: Host) => void
       host.name,
     );
 
-  return { outcomes, dismiss, busy, drain, undrain };
+  const uncordon = (host: Host) =>
+    run(
+      `uncordon ${host.name}`,
+      uncordonPending(host.name),
+      async () => {
+        const cleared = await api.post("/hosts/{name}/uncordon", { path: { name: host.name } });
+        answered(cleared);
+        return uncordonDone(cleared);
+      },
+      host.name,
+    );
+
+  return { outcomes, dismiss, busy, drain, undrain, uncordon };
 }

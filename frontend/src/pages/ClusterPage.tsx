@@ -8,6 +8,7 @@ import { signalUnauthorized } from "../api/auth";
 import type { Cluster, Host, HostUsage } from "../api/types";
 import { ActionOutcomes } from "../components/ActionOutcomes";
 import { Empty, ErrorState, Loading, StatusBadge } from "../components/common";
+import { CordonBadge, UncordonButton } from "../components/HostCordon";
 import { DrainBadge, DrainButton } from "../components/HostDrain";
 import { GpuUsage, TaskUsage, taskFigures } from "../components/Usage";
 import { drainState, hostControlsReadOnly } from "../data/hostDrain";
@@ -199,6 +200,7 @@ function HostCard({
         <h2>{host.name}</h2>
         <StatusBadge status={host.status} testid="host-status" />
         {drainable ? <DrainBadge host={drainable} /> : null}
+        {drainable ? <CordonBadge host={drainable} /> : null}
         <div class="grow" />
         <EngineTag engine={host.engine} />
         <span class="muted mono" style={{ fontSize: "12px" }}>
@@ -213,6 +215,7 @@ function HostCard({
             onUndrain={(h) => void drain.undrain(h)}
           />
         ) : null}
+        {drainable ? <UncordonButton host={drainable} busy={drain.busy.has(host.name)} readOnlyWhy={readOnlyWhy} onUncordon={(h) => void drain.uncordon(h)} /> : null}
       </div>
       <div class="card-body">
         <div class="row" style={{ marginBottom: "10px", fontSize: "13px" }}>
