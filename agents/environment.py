@@ -85,6 +85,11 @@ class TaskEnvironment(BaseModel):
     # (Slurm and systemd signal every process of the agent's, not the agent alone), and the
     # runtime lets the agent checkpoint and stop the task instead (agents.runtime.stop_signals).
     stop_file: _Text = Field(default=None, alias="STRATA_STOP_FILE")
+    # The signal on which the runtime dumps every thread's Python stack to stderr (the agent
+    # asks a hung task for its stacks with it: agents.host.stacks).
+    stacks_signal: Annotated[_Integer, Field(ge=1, le=127)] = Field(
+        default=None, alias="STRATA_STACKS_SIGNAL"
+    )
     # "<agent namespace>/<attempt>": how an agent without cgroups finds an attempt's processes
     # (agents.host.containment), and how a restarted one finds what its predecessor left.
     containment: _Text = Field(default=None, alias="STRATA_CONTAINMENT")

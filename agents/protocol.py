@@ -466,9 +466,9 @@ class Progress(_Message):
     total_steps: int | None = Field(default=None, ge=1, le=2**62)
     epoch: int | None = Field(default=None, ge=0, le=MAX_INT32)  # the epoch under way, 0-based
     epochs: int | None = Field(default=None, ge=1, le=MAX_INT32)  # fit's epochs
-    # Test batches run in the evaluation under way: evaluation is progress too.
-    eval_batches: int = Field(default=0, ge=0, le=2**62)
     busy: BusyPhase | None = None
+    # False once fit has returned: the step stands still from then on, and that is no hang.
+    training: bool = True
 
 
 RuntimeMessage = Annotated[

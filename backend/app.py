@@ -60,6 +60,7 @@ from backend.streams.broker import Broker, job_topic
 from backend.streams.history import log_frame
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
+from backend.streams.progress import ProgressBoard
 from backend.streams.publishing import BROKER
 from backend.tensorboard.processes import TensorBoards
 
@@ -105,6 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         monitor.live.stream_subscribers = broker.streams.total
         # What agents last sampled of their GPUs and tasks (the heartbeats' usage).
         app.state.usage = UsageBoard(broker, app.state.sessions)
+        # Where each running job's training is (runtimes' progress reports, in memory).
+        app.state.progress = ProgressBoard()
 
         def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
             broker.publish(job_topic(job_id), log_frame(task, attempt, first, lines))
@@ -125,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             executors=executors,
             links=app.state.runtimes,
             monitor=monitor,
+            progress=app.state.progress,
         )
         app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
         # Submissions waiting for the controller are written together (backend.scheduling.intake).

@@ -138,6 +138,7 @@ class Agent:
             on_logs_ack=lambda ack: self.supervisor.logs_acked(ack.key, ack.next_line),
             on_connected=self.supervisor.reconnected,
             ca_file=config.ca_file,
+            on_collect_stacks=self.supervisor.collect_stacks,
         )
 
     async def _start(self, message: StartTask) -> None:

@@ -15,6 +15,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from agents.protocol import (
     AgentMessage,
+    CollectStacks,
     Heartbeat,
     HeartbeatPeriod,
     Hello,
@@ -96,6 +97,7 @@ class Channel:
         on_logs_ack: Callable[[LogsAck], None],
         on_connected: Callable[[Welcome], None],
         ca_file: str | None = None,
+        on_collect_stacks: Callable[[CollectStacks], None] | None = None,
     ) -> None:
         self.url = channel_url(server_url)
         self._ssl = client_ssl(self.url, ca_file)
@@ -107,6 +109,7 @@ class Channel:
         self._heartbeat = heartbeat
         self._on_logs_ack = on_logs_ack
         self._on_connected = on_connected
+        self._on_collect_stacks = on_collect_stacks
         self._outbox: asyncio.Queue[AgentMessage] | None = None
         self._period = 1.0  # seconds between heartbeats: welcome's, then heartbeat_period's
         self._background: set[asyncio.Task[None]] = set()
@@ -187,6 +190,9 @@ class Channel:
                     self._period = message.heartbeat_seconds
                 elif isinstance(message, StartTask):
                     await self._on_start(message)
+                elif isinstance(message, CollectStacks):
+                    if self._on_collect_stacks is not None:
+                        self._on_collect_stacks(message)
                 elif isinstance(message, StopTask):
                     # Stopping waits out a grace period; keep reading meanwhile.
                     task = asyncio.create_task(self._on_stop(message))

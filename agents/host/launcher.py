@@ -32,6 +32,7 @@ from agents.host.runtime_path import (
     interpreter_version,
     with_runtime_path,
 )
+from agents.host.stacks import STACKS_SIGNAL
 from agents.memory_size import format_memory
 from agents.protocol import MAX_LOG_LINE, StartTask, TaskExit, TaskKey
 
@@ -216,6 +217,7 @@ class TaskProcess:
         env[MARKER_ENV] = self.containment.marker
         self._termination_file = termination_file = new_termination_file()
         env[TaskEnvironment.variable("termination_file")] = str(termination_file)
+        env[TaskEnvironment.variable("stacks_signal")] = str(STACKS_SIGNAL)
         if self.own_stops_only:
             self._stop_file = termination_file.with_name(f"{termination_file.name}.stop")
             env[TaskEnvironment.variable("stop_file")] = str(self._stop_file)

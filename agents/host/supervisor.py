@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.host import stacks
 from agents.host.bundles import BundleCache, BundleError
 from agents.host.container_task import ContainerTask
 from agents.host.containers import DockerEngine
@@ -21,6 +22,7 @@ from agents.protocol import (
     MAX_LOG_BATCH_CHARS,
     MAX_LOG_LINE,
     AgentMessage,
+    CollectStacks,
     RunningTask,
     StartTask,
     StopTask,
@@ -263,6 +265,18 @@ class Supervisor:
                 "stopping %s of job %s: %s", command.key.task, command.key.job_id, command.reason
             )
             await process.stop(command.grace_seconds)
+
+    def collect_stacks(self, command: CollectStacks) -> None:
+        """Writes the threads (and, through the runtime, the Python stacks) of these attempts'
+        processes into their logs; a container's processes are not ours to read."""
+        for key in command.keys:
+            process = self._tasks.get(key)
+            if not isinstance(process, TaskProcess) or process.stop_requested:
+                continue
+            pids = process.containment.procs() or {process.pid}
+            label = f"{key.task} attempt {key.attempt}"
+            stacks.collect(label, pids, process.output.emit, reason=command.reason)
+        self.flush_logs()
 
     async def wait_ended(self) -> None:
         """Until every attempt running now has ended (stopped by the server)."""

@@ -76,6 +76,9 @@ def strategy() -> Strategy:
 
 
 def _build_strategy() -> Strategy:
+    from agents.runtime.stacks import install
+
+    install()  # before joining the cluster, which may hang too
     task_role = cluster.role()
     if task_role == Role.evaluator:
         return default_strategy()

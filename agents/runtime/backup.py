@@ -28,6 +28,7 @@ from typing import Any
 
 from agents.runtime.cluster import local_cpu, task_environment
 from agents.runtime.flavor import KerasFlavor, keras_flavor
+from agents.runtime.progress import training_progress
 
 BACKUP_SUBDIR = "backup"  # BackupAndRestore's dir, inside the checkpoint dir
 # An int save_freq selects tf_keras's batch-level restore; one this large never saves by count.
@@ -199,7 +200,8 @@ def backup_and_restore(
             if self.steps is not None and keras_flavor(self.model) is KerasFlavor.tf_keras:
                 self._save_at(epoch, self.steps - 1)  # the epoch's last batch: the next one
             else:
-                self.inner.on_epoch_end(epoch, logs)
+                with training_progress().busy("checkpointing"):
+                    self.inner.on_epoch_end(epoch, logs)
             self.unsaved_epoch = None
             # From the end of the save: a slow save does not shorten the next interval.
             self.last_backup = clock()
@@ -225,7 +227,8 @@ def backup_and_restore(
             state = self.model._training_state
             state._ckpt_saved_epoch.assign(epoch)
             state._ckpt_saved_batch.assign(batch)
-            state.back_up(epoch=epoch, batch=batch)
+            with training_progress().busy("checkpointing"):
+                state.back_up(epoch=epoch, batch=batch)
             if then_epoch is not None:  # training may go on: its epoch is still this one
                 state._ckpt_saved_epoch.assign(then_epoch)
 

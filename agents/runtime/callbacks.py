@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.runtime import values as tfvalues
 from agents.runtime.batch_resolver import BatchResolver
+from agents.runtime.progress import training_progress
 from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
@@ -121,6 +122,12 @@ class MetricsTracker:
     def completed_step(self) -> int:
         return max(self._resolver.completed_step, 0)
 
+    def trained_step(self) -> int:
+        """The step training is known to have reached: under PS the last one seen to run;
+        before a resumed fit's first step, where its epoch starts."""
+        done = self.completed_step() if self._remote else self.step
+        return max(done, self._epoch_base)
+
     # --- hooks ------------------------------------------------------------------------------
 
     def train_begin(self, params: Mapping[str, Any], coordinator: Any = None) -> None:
@@ -131,6 +138,15 @@ class MetricsTracker:
         self._in_fit = True
         self._seeded = False
         self._resolver.start()
+        from agents.runtime.stacks import install as install_stacks
+
+        install_stacks()  # idempotent; for a strategy built without runtime.strategy()
+        epochs = params.get("epochs")
+        training_progress().begin(
+            self.trained_step,
+            steps=self._steps,
+            epochs=epochs if isinstance(epochs, int) else None,
+        )
         if self._remote and self._watch_coordinator and self._health is None:
             from agents.runtime.coordinator import CoordinatorHealth
 
@@ -153,6 +169,7 @@ class MetricsTracker:
             if restored is not None and restored > self.step:
                 self.step = restored
         self._epoch_base = epoch * self._steps if self._steps is not None else self.step
+        training_progress().epoch_begin(epoch)
         self._epoch_start = None
         self._train_done_at = None
         self._next_offer_step = 0
@@ -181,8 +198,10 @@ class MetricsTracker:
             self._resolver.offer(step, logs, now)
 
     def test_begin(self) -> None:
-        if self._in_fit and self._train_done_at is None:
-            self._train_done_at = time.monotonic()
+        if self._in_fit:
+            training_progress().enter("evaluating")
+            if self._train_done_at is None:
+                self._train_done_at = time.monotonic()
 
     def epoch_end(
         self, epoch: int, logs: Mapping[str, Any] | None, lr: Callable[[int], float | None]
@@ -224,6 +243,7 @@ class MetricsTracker:
     ) -> None:
         """eval/<name> at the training step: ours inside fit; outside it (a standalone evaluate,
         the sidecar evaluator) `trained_step()`, the step of the weights, when it is known."""
+        training_progress().leave("evaluating")
         sink = self.sink()
         wall = time.time()
         step = self.step
@@ -237,6 +257,7 @@ class MetricsTracker:
 
     def train_end(self) -> None:
         self._in_fit = False
+        training_progress().end()
         # Training is over: a moment for the last epoch's deferred learning-rate read.
         self._resolver.stop(wait=STOP_WAIT if self._remote else 0.0)
         if self._health is not None:

@@ -72,6 +72,7 @@ from agents.runtime.checkpoint_policy import (
 )
 from agents.runtime.cluster import local_cpu, task_environment
 from agents.runtime.flavor import keras_flavor
+from agents.runtime.progress import training_progress
 from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
@@ -360,7 +361,8 @@ class CheckpointKeeper:
     def _save(self, trigger: Trigger, command_id: int | None = None) -> bool:
         self._reset_timer()
         try:
-            saved = self._write(trigger, command_id)
+            with training_progress().busy("checkpointing"):
+                saved = self._write(trigger, command_id)
         except Exception as exc:
             log.warning("strata: %s checkpoint failed; training goes on: %r", trigger, exc)
             if command_id is not None:

@@ -35,6 +35,7 @@ from agents.options import KERAS_SUFFIX, ExportOptions
 from agents.runtime import values as tfvalues
 from agents.runtime.cluster import local_cpu, task_environment
 from agents.runtime.flavor import KerasFlavor, keras_flavor
+from agents.runtime.progress import training_progress
 from agents.runtime.values import sanitize_name
 
 if TYPE_CHECKING:
@@ -225,7 +226,8 @@ def export_callback(sink: MetricSink | None = None) -> Any | None:
 
         def on_train_end(self, logs: Any = None) -> None:
             try:
-                self.exporter.export(self.model)
+                with training_progress().busy("exporting"):
+                    self.exporter.export(self.model)
             except Exception as exc:
                 refuse(
                     f"training finished, but the model could not be exported to "

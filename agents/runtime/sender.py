@@ -18,7 +18,9 @@ lock and a deque append, and everything else happens on one daemon thread:
   counted (`dropped`; agents.runtime.outbox keeps the points);
 * a `Command` frame from the server goes to the hooks registered with `on_command`;
 * checkpoint reports (`report_checkpoint`) are records, not points: each is sent before the
-  next batch and resent after a reconnect until the server's `CheckpointAck` names it.
+  next batch and resent after a reconnect until the server's `CheckpointAck` names it;
+* where training is (agents.runtime.progress) is sent when it changed, at most once every
+  `PROGRESS_INTERVAL`, and again after each reconnect: the server keeps only the latest.
 
 A script run by hand (no STRATA_SERVER, STRATA_TASK_TOKEN, STRATA_TASK or STRATA_ATTEMPT) gets
 a `NullSender` from `from_env`: no thread, no socket, nothing reported. The process-wide sink
@@ -46,11 +48,13 @@ from agents.protocol import (
     CheckpointSaved,
     Command,
     CommandFailed,
+    Progress,
     TaskHello,
     TaskWelcome,
     runtime_server_message,
 )
 from agents.runtime.outbox import Outbox
+from agents.runtime.progress import TrainingProgress, training_progress
 from agents.runtime.sink import EXIT_FLUSH_TIMEOUT, CommandHook, MetricSink, NullSender
 from agents.tls import CA_FILE_ENV, client_ssl
 
@@ -69,6 +73,7 @@ TRICKLE_POINTS = 50
 TRICKLE_INTERVAL = 0.5
 BACKOFF_MIN = 0.5
 BACKOFF_MAX = 5.0
+PROGRESS_INTERVAL = 1.0  # seconds between two progress reports, at least
 ACK_TIMEOUT = 30.0  # the server acknowledges after a database commit; allow a slow one
 POLICY_VIOLATION = 1008  # the server's close code for a refused token or task
 
@@ -108,6 +113,8 @@ class MetricSender:
         backoff_max: float = BACKOFF_MAX,
         open_timeout: float = 10.0,
         exit_flush_timeout: float | None = EXIT_FLUSH_TIMEOUT,
+        progress: TrainingProgress | None = None,
+        progress_interval: float = PROGRESS_INTERVAL,
     ) -> None:
         # Imported here, not at module level: `import agents.runtime` stays cheap, and the
         # import happens on the caller's thread rather than inside the daemon thread.
@@ -126,6 +133,10 @@ class MetricSender:
         self._open_timeout = open_timeout
 
         self._outbox = Outbox(capacity, max_batch)
+        self._progress = progress if progress is not None else training_progress()
+        self._progress_interval = progress_interval
+        self._progress_sent: Progress | None = None  # on this connection
+        self._progress_sent_at = float("-inf")
         self._hooks: list[CommandHook] = []
         self._hooks_lock = threading.Lock()
         self._closing = threading.Event()
@@ -256,6 +267,7 @@ class MetricSender:
             try:
                 ws.send(self._hello.model_dump_json())
                 self._await_welcome(ws)
+                self._progress_sent = None  # a new connection (maybe a new server): resend
                 self._stream(ws)
             except ConnectionClosed as exc:
                 if exc.rcvd is not None and exc.rcvd.code == POLICY_VIOLATION:
@@ -280,6 +292,7 @@ class MetricSender:
         next_tick = time.monotonic()
         while not self._closing.is_set():
             self._send_records(ws)
+            self._send_progress(ws)
             waiting = self._outbox.pending
             batch = self._outbox.take_batch()
             if batch:
@@ -308,6 +321,16 @@ class MetricSender:
                 self._await_checkpoint_ack(ws, record)
             else:
                 self._outbox.forget_record(record)
+
+    def _send_progress(self, ws: Any) -> None:
+        now = time.monotonic()
+        if now - self._progress_sent_at < self._progress_interval:
+            return
+        progress = self._progress.snapshot()
+        if progress is None or progress == self._progress_sent:
+            return
+        ws.send(progress.model_dump_json())
+        self._progress_sent, self._progress_sent_at = progress, now
 
     def _await_checkpoint_ack(self, ws: Any, record: CheckpointSaved) -> None:
         deadline = time.monotonic() + self._ack_timeout

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from agents.environment import prefer_tf_keras
 from agents.runtime.cluster import ClusterConfigError, TFConfig, tf_config
+from agents.runtime.stacks import install as install_stacks
 from agents.runtime.stop_signals import from_its_agent, held_back, say
 from agents.vocabulary import Role
 
@@ -78,6 +79,7 @@ def serve(config: TFConfig) -> NoReturn:
     """Serves this task until SIGTERM/SIGINT, which exit the process with 0."""
     name = f"{config.task_type}:{config.task_index}"
     exit_on_stop_signals(name)
+    install_stacks()
     try:
         # Held in a local for the rest of the process: the server serves while it is alive.
         _server = start_server(config)

@@ -30,6 +30,7 @@ from backend.slurm.reconcile import SlurmSync
 from backend.streams.broker import Broker
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
+from backend.streams.progress import ProgressBoard
 from backend.teams import service as teams_service
 from backend.teams.access import Access, ProjectRole, load_access
 from backend.teams.models import Project
@@ -108,6 +109,10 @@ def get_usage(connection: HTTPConnection) -> UsageBoard:
     return app_state(connection, "usage", UsageBoard)
 
 
+def get_progress(connection: HTTPConnection) -> ProgressBoard:
+    return app_state(connection, "progress", ProgressBoard)
+
+
 def get_cluster_board(connection: HTTPConnection) -> ClusterBoard:
     return app_state(connection, "cluster_board", ClusterBoard)
 
@@ -146,6 +151,7 @@ BrokerDep = Annotated[Broker, Depends(on_the_loop(get_broker))]
 RuntimeLinksDep = Annotated[RuntimeLinks, Depends(on_the_loop(get_runtime_links))]
 HubDep = Annotated[AgentHub, Depends(on_the_loop(get_hub))]
 UsageDep = Annotated[UsageBoard, Depends(on_the_loop(get_usage))]
+ProgressDep = Annotated[ProgressBoard, Depends(on_the_loop(get_progress))]
 ClusterBoardDep = Annotated[ClusterBoard, Depends(on_the_loop(get_cluster_board))]
 SlurmDep = Annotated[SlurmSync | None, Depends(on_the_loop(get_slurm))]
 

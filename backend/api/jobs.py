@@ -19,6 +19,7 @@ from backend.api.deps import (
     JobId,
     JobMember,
     JobReader,
+    ProgressDep,
     RuntimeLinksDep,
     SessionDep,
     SlurmDep,
@@ -50,6 +51,7 @@ from backend.scheduling import interruptions, restarts, task_events
 from backend.scheduling.controller import Change, Controller
 from backend.scheduling.quotas import check_priority
 from backend.slurm.admission import admit
+from backend.streams.progress import ProgressBoard
 from backend.teams import service as teams_service
 from backend.teams.roles import TEAM_NAME_PATTERN
 
@@ -121,6 +123,7 @@ async def submit_job(
 async def list_jobs(
     session: SessionDep,
     access: CallerAccess,
+    progress: ProgressDep,
     project: Annotated[
         str | None, Query(pattern=TEAM_NAME_PATTERN, description="Only this project's jobs.")
     ] = None,
@@ -167,14 +170,25 @@ async def list_jobs(
         limit=limit,
         offset=offset,
     )
-    return JobPage(items=items, total=total, limit=limit, offset=offset)
+    return JobPage(items=with_progress(items, progress), total=total, limit=limit, offset=offset)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=error_responses(404))
-async def read_job(job_id: JobId, session: SessionDep, usage: UsageDep, _: JobReader) -> JobRead:
-    """A job with its tasks (and their last CPU and memory samples), placement, status and
-    reason."""
-    return usage.annotate_job(await queries.read_job(session=session, job_id=job_id))
+async def read_job(
+    job_id: JobId, session: SessionDep, usage: UsageDep, progress: ProgressDep, _: JobReader
+) -> JobRead:
+    """A job with its tasks (and their last CPU and memory samples), placement, status,
+    reason and, while it trains, progress."""
+    job = usage.annotate_job(await queries.read_job(session=session, job_id=job_id))
+    return with_progress([job], progress)[0]
+
+
+def with_progress(jobs: list[JobRead], board: ProgressBoard) -> list[JobRead]:
+    """The jobs, each running one with where its training is (kept in memory, not stored)."""
+    running = board.read_many(j.id for j in jobs if j.status is JobStatus.running)
+    return [
+        j.model_copy(update={"progress": running[j.id]}) if j.id in running else j for j in jobs
+    ]
 
 
 @dataclass(frozen=True)

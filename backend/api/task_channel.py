@@ -15,6 +15,7 @@ from agents.protocol import (
     CheckpointSaved,
     CommandFailed,
     MetricBatch,
+    Progress,
     TaskHello,
     TaskWelcome,
     runtime_message,
@@ -22,6 +23,7 @@ from agents.protocol import (
 from backend import security
 from backend.api.deps import (
     IngestorDep,
+    ProgressDep,
     RuntimeLinksDep,
     SessionsDep,
     SettingsDep,
@@ -57,6 +59,7 @@ async def task_channel(
     sessions: SessionsDep,
     ingestor: IngestorDep,
     links: RuntimeLinksDep,
+    progress: ProgressDep,
 ) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
@@ -120,6 +123,8 @@ async def task_channel(
                     links.resolve(message.command_id, CommandOutcome(checkpoint_id=checkpoint_id))
                 elif isinstance(message, CommandFailed):
                     links.resolve(message.id, CommandOutcome(failure=message.reason))
+                elif isinstance(message, Progress):
+                    progress.note(job_id, hello.task, hello.attempt, message)
                 elif isinstance(message, TaskHello):
                     await close(websocket, POLICY_VIOLATION, "task_hello may only be sent once")
                     break

@@ -22,6 +22,7 @@ class EventKind(StrEnum):
     evaluator = "evaluator"  # the sidecar evaluator was requested, started or stopped
     checkpoint = "checkpoint"  # a runtime reported a checkpoint (streams carry it as its own frame)
     client = "client"  # a client coordinator attached, detached or was found gone
+    health = "health"  # a hang or a straggler was found: what was seen (the evidence in data)
 
 
 async def record_event(

@@ -223,6 +223,9 @@ class CodeRef(_Strict):
         return value
 
 
+MIN_HANG_TIMEOUT = 10.0  # seconds: a shorter one would take a slow step for a hang
+
+
 class RestartPolicy(_Strict):
     policy: Literal["never", "on_failure", "exit_code"] = "on_failure"
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
@@ -338,6 +341,16 @@ class JobSpec(_Strict):
                 )
         if len(set(value)) != len(value):
             raise ValueError(f"tags must not repeat; got {value!r}")
+        return value
+
+    @field_validator("hang_timeout")
+    @classmethod
+    def _hang_timeout_not_too_short(cls, value: float | None) -> float | None:
+        if value is not None and 0 < value < MIN_HANG_TIMEOUT:
+            raise ValueError(
+                f"must be 0 (no hang detection) or at least {MIN_HANG_TIMEOUT:g} seconds, "
+                f"got {value:g}"
+            )
         return value
 
     @field_validator("description")

@@ -34,6 +34,7 @@ from backend.scheduling.pace import HeartbeatPace
 from backend.scheduling.reconcilers import Reconciler
 from backend.scheduling.reconcilers.drains import Drains
 from backend.scheduling.reconcilers.finished_jobs import FinishedJobs
+from backend.scheduling.reconcilers.hangs import Hangs
 from backend.scheduling.reconcilers.heartbeat_times import HeartbeatTimes
 from backend.scheduling.reconcilers.host_health import HostHealthChecks
 from backend.scheduling.reconcilers.idle_clients import IdleClients
@@ -46,6 +47,7 @@ from backend.scheduling.reconcilers.running_tasks import RunningTasks
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.scheduling.stale import applied_again_if_stale
 from backend.scheduling.transaction import Transaction
+from backend.streams.progress import ProgressBoard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -72,6 +74,7 @@ class Controller:
         executors: Executors,
         links: RuntimeLinks | None = None,
         monitor: ServerMetrics | None = None,
+        progress: ProgressBoard | None = None,
     ) -> None:
         self.settings = settings
         self.monitor = monitor  # times passes; transactions record what they decided
@@ -100,6 +103,7 @@ class Controller:
             LostHosts(view=view, pace=self.pace),
             HostHealthChecks(notes=self.health, view=view, settings=settings),
             IdleClients(settings=settings),
+            Hangs(board=progress or ProgressBoard(), settings=settings),
             FinishedJobs(),
             RestartedTasks(view=view),
             PendingJobs(view=view, wake=self.wake),

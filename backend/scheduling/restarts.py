@@ -180,6 +180,36 @@ async def after_host_lost(*, tx: Transaction, job: Job, reason: str) -> Decision
     return Decision(True, reason)
 
 
+async def after_hang(*, tx: Transaction, job: Job, reason: str) -> Decision:
+    """A hung job restarts every training task where it is, from its latest checkpoint: which
+    task hangs is not known (a stalled collective stalls every peer), so no role rule can
+    pick one. A failure: it spends the budget and sets the backoff; `never` ends the job."""
+    policy = job.job_spec.restart
+    if policy.policy == "never":
+        return Decision(False, reason)
+    if job.failure_count >= policy.max_restarts:
+        return Decision(False, f"{reason}; gave up after {job.failure_count} restarts")
+    tasks = [
+        task
+        for task in await tx.session.scalars(select(Task).where(Task.job_id == job.id))
+        if task.role is not Role.evaluator and task.host_id is not None
+    ]
+    delay = backoff_seconds(policy.backoff_seconds, job.failure_count)
+    job.restart_count += 1
+    job.failure_count += 1
+    await transition_job(
+        session=tx.session,
+        job=job,
+        to=JobStatus.restarting,
+        reason=f"{reason}; restarting {', '.join(sorted(t.name for t in tasks))} in {delay:g}s "
+        f"(restart {job.failure_count} of {policy.max_restarts})",
+    )
+    for task in tasks:
+        restart_in_place(tx=tx, task=task, delay=delay, reason=reason, failure=True)
+    tx.observe(lambda metrics: metrics.restarts.labels(cause="hung").inc())
+    return Decision(True, reason)
+
+
 async def after_allocation_ended(*, tx: Transaction, job: Job, reason: str) -> None:
     """The agents of the job's Slurm allocation are stopping: a requeue (or the Slurm job's
     end, which the Slurm backend then ends the job for). The job waits for its allocation

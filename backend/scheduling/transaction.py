@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents.protocol import TaskKey
+from agents.protocol import CollectStacks, TaskKey
 from backend.jobs.models import Job, Task
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.executors import Agents, Executors
@@ -54,3 +54,8 @@ class Transaction:
     def stop(self, host: str, key: TaskKey, reason: str, *, force: bool = False) -> None:
         """Stop that attempt on that host, once this transaction commits."""
         self.agents.stop(self.outbox, host, key, reason, force=force)
+
+    def collect_stacks(self, host: str, keys: list[TaskKey], reason: str) -> None:
+        """Have that host's agent write these attempts' stacks into their logs, once this
+        transaction commits."""
+        self.outbox.add(host, CollectStacks(keys=keys, reason=reason[:1024]))
