@@ -111,8 +111,6 @@ def test_the_bar_and_what_follows_it() -> None:
     assert bar(1520, 4000, width=10) == "███░░░░░░░"
     assert bar(4000, 4000, width=10) == "█" * 10
     assert bar(9000, 4000, width=10) == "█" * 10
-    full = progress(
-        total_steps=4000, epoch=2, epochs=5, steps_per_second=12.34, eta_seconds=202
-    )
+    full = progress(total_steps=4000, epoch=2, epochs=5, steps_per_second=12.34, eta_seconds=202)
     assert progress_summary(full) == "1520/4000 38% · epoch 2/5 · 12.3/s · ETA 3m22s"
     assert progress_summary(progress(busy="evaluating")) == "step 1520 · evaluating"
