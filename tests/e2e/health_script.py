@@ -73,7 +73,7 @@ def dataset(args: argparse.Namespace, sleep: float = 0.0) -> tf.data.Dataset:
     return data.with_options(options)
 
 
-class SlowToTrace(keras.Model):
+class SlowToTrace(keras.Model):  # type: ignore[misc]
     """Sleeps while its call is traced: a model whose first step takes long to compile."""
 
     def __init__(self, trace_seconds: float, ballast_mb: int) -> None:
