@@ -62,6 +62,7 @@ from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
 from backend.streams.progress import ProgressBoard
 from backend.streams.publishing import BROKER
+from backend.streams.throughput import ThroughputBoard
 from backend.tensorboard.processes import TensorBoards
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.usage = UsageBoard(broker, app.state.sessions)
         # Where each running job's training is (runtimes' progress reports, in memory).
         app.state.progress = ProgressBoard()
+        # How fast each parameter_server worker works (the chief's counters), for stragglers.
+        app.state.throughput = ThroughputBoard(settings.straggler_window_seconds)
 
         def publish_log(job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
             broker.publish(job_topic(job_id), log_frame(task, attempt, first, lines))
@@ -129,7 +132,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             links=app.state.runtimes,
             monitor=monitor,
             progress=app.state.progress,
+            throughput=app.state.throughput,
+            cpu=app.state.usage.cpu_percent,
         )
+        monitor.live.stragglers = app.state.controller.stragglers.flagged
         app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
         # Submissions waiting for the controller are written together (backend.scheduling.intake).
         app.state.intake = JobIntake(

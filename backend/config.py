@@ -210,6 +210,19 @@ class Settings(BaseSettings):
         "0: no hang detection by default.",
     )
 
+    straggler_window_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds of per-worker rates a parameter_server worker is judged a "
+        "straggler over (under the median / 1.5); 0: no straggler detection.",
+    )
+    straggler_cooldown_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="After a straggler of a job was moved (stragglers: restart), this long "
+        "before another worker of it may move; slow ones are only reported meanwhile.",
+    )
+
     # The client coordinator of a job with coordinator: client (runtime.connect).
     client_idle_timeout: float = Field(
         default=1800.0,

@@ -31,6 +31,7 @@ from backend.streams.broker import Broker
 from backend.streams.ingest import Ingestor
 from backend.streams.logs import LogStore
 from backend.streams.progress import ProgressBoard
+from backend.streams.throughput import ThroughputBoard
 from backend.teams import service as teams_service
 from backend.teams.access import Access, ProjectRole, load_access
 from backend.teams.models import Project
@@ -113,6 +114,10 @@ def get_progress(connection: HTTPConnection) -> ProgressBoard:
     return app_state(connection, "progress", ProgressBoard)
 
 
+def get_throughput(connection: HTTPConnection) -> ThroughputBoard:
+    return app_state(connection, "throughput", ThroughputBoard)
+
+
 def get_cluster_board(connection: HTTPConnection) -> ClusterBoard:
     return app_state(connection, "cluster_board", ClusterBoard)
 
@@ -152,6 +157,7 @@ RuntimeLinksDep = Annotated[RuntimeLinks, Depends(on_the_loop(get_runtime_links)
 HubDep = Annotated[AgentHub, Depends(on_the_loop(get_hub))]
 UsageDep = Annotated[UsageBoard, Depends(on_the_loop(get_usage))]
 ProgressDep = Annotated[ProgressBoard, Depends(on_the_loop(get_progress))]
+ThroughputDep = Annotated[ThroughputBoard, Depends(on_the_loop(get_throughput))]
 ClusterBoardDep = Annotated[ClusterBoard, Depends(on_the_loop(get_cluster_board))]
 SlurmDep = Annotated[SlurmSync | None, Depends(on_the_loop(get_slurm))]
 

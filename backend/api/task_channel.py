@@ -27,6 +27,7 @@ from backend.api.deps import (
     RuntimeLinksDep,
     SessionsDep,
     SettingsDep,
+    ThroughputDep,
     websocket_principal,
 )
 from backend.api.frame_limits import MESSAGE_TOO_BIG, POLICY_VIOLATION, FrameLimits, Inbound, close
@@ -60,6 +61,7 @@ async def task_channel(
     ingestor: IngestorDep,
     links: RuntimeLinksDep,
     progress: ProgressDep,
+    throughput: ThroughputDep,
 ) -> None:
     await websocket.accept()
     principal = await websocket_principal(websocket)
@@ -113,6 +115,7 @@ async def task_channel(
                             f"{settings.max_metric_batch_points}",
                         )
                         break
+                    throughput.note(job_id, hello.task, hello.attempt, message.points)
                     stored = await ingestor.submit(key, message.points)
                     await link.send(Ack(seq=stored).model_dump_json())
                 elif isinstance(message, CheckpointSaved):

@@ -99,6 +99,13 @@ class UsageBoard:
             sampled_at=_at(sample.wall_time),
         )
 
+    def cpu_percent(self, job_id: int, task: str, attempt: int) -> float | None:
+        """The attempt's CPU use in its last sample, if it has one."""
+        sample = self._tasks.get((job_id, task))
+        if sample is None or sample.stats.key.attempt != attempt:
+            return None
+        return sample.stats.cpu_percent
+
     def annotate_hosts(self, hosts: list[HostRead]) -> list[HostRead]:
         """Device stats of online hosts (a lost host's last sample says nothing about now)."""
         for host in hosts:

@@ -26,6 +26,7 @@ class LiveFigures(Collector):
     def __init__(self) -> None:
         self.points_ingested: Callable[[], int] = lambda: 0
         self.stream_subscribers: Callable[[], int] = lambda: 0
+        self.stragglers: Callable[[], list[tuple[int, str]]] = list  # (job id, worker) slow now
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield CounterMetricFamily(
@@ -38,6 +39,14 @@ class LiveFigures(Collector):
             "Open live streams (/jobs/{id}/stream and /stream websockets).",
             value=self.stream_subscribers(),
         )
+        slow = GaugeMetricFamily(
+            "strata_straggler",
+            "1 for each parameter_server worker found slow and not back over the line since.",
+            labels=["job_id", "task"],
+        )
+        for job_id, task in self.stragglers():
+            slow.add_metric([str(job_id), task], 1)
+        yield slow
 
 
 class ServerMetrics:
@@ -81,6 +90,13 @@ class ServerMetrics:
             "allocation_ended (a Slurm allocation's agents stopping: a requeue), stop_signal (a "
             "task that saved on a SIGTERM from outside Strata).",
             ["cause"],
+            registry=registry,
+        )
+        self.straggler_findings = Counter(
+            "strata_straggler_findings",
+            "Workers newly found slow (under the median of their job's workers / 1.5), by "
+            "action: reported, or moved (to another host, stragglers: restart).",
+            ["action"],
             registry=registry,
         )
         self.websocket_refusals = Counter(

@@ -44,10 +44,12 @@ from backend.scheduling.reconcilers.preemptions import Preemptions
 from backend.scheduling.reconcilers.reported_starts import ReportedStarts
 from backend.scheduling.reconcilers.restarted_tasks import RestartedTasks
 from backend.scheduling.reconcilers.running_tasks import RunningTasks
+from backend.scheduling.reconcilers.stragglers import CpuPercent, Stragglers
 from backend.scheduling.runtime_links import RuntimeLinks
 from backend.scheduling.stale import applied_again_if_stale
 from backend.scheduling.transaction import Transaction
 from backend.streams.progress import ProgressBoard
+from backend.streams.throughput import ThroughputBoard
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -75,6 +77,8 @@ class Controller:
         links: RuntimeLinks | None = None,
         monitor: ServerMetrics | None = None,
         progress: ProgressBoard | None = None,
+        throughput: ThroughputBoard | None = None,
+        cpu: CpuPercent | None = None,
     ) -> None:
         self.settings = settings
         self.monitor = monitor  # times passes; transactions record what they decided
@@ -88,6 +92,11 @@ class Controller:
         self._queued = 0  # transactions waiting for the lock
         self._wake = asyncio.Event()
         view = self.view
+        self.stragglers = Stragglers(
+            board=throughput or ThroughputBoard(settings.straggler_window_seconds),
+            settings=settings,
+            cpu=cpu,
+        )
         # Interruptions a pass decides wait for their checkpoints outside it.
         self.interrupter = Interrupter(
             sessions=sessions,
@@ -104,6 +113,7 @@ class Controller:
             HostHealthChecks(notes=self.health, view=view, settings=settings),
             IdleClients(settings=settings),
             Hangs(board=progress or ProgressBoard(), settings=settings),
+            self.stragglers,
             FinishedJobs(),
             RestartedTasks(view=view),
             PendingJobs(view=view, wake=self.wake),
