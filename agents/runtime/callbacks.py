@@ -99,6 +99,7 @@ class MetricsTracker:
         self._epoch_base = 0
         self._epoch_start: tuple[int, float] | None = None
         self._train_done_at: float | None = None
+        self._epoch_boundary = False  # between an epoch's end and the next one's beginning
         self._in_fit = False
         self._seeded = False  # this fit's count was set from the optimizer's (epoch_begin)
         self.step = 0  # global step after the last batch (scheduled, under PS)
@@ -169,7 +170,11 @@ class MetricsTracker:
             if restored is not None and restored > self.step:
                 self.step = restored
         self._epoch_base = epoch * self._steps if self._steps is not None else self.step
-        training_progress().epoch_begin(epoch)
+        progress = training_progress()
+        progress.epoch_begin(epoch)
+        if self._epoch_boundary:
+            self._epoch_boundary = False
+            progress.leave("checkpointing")
         self._epoch_start = None
         self._train_done_at = None
         self._next_offer_step = 0
@@ -198,15 +203,21 @@ class MetricsTracker:
             self._resolver.offer(step, logs, now)
 
     def test_begin(self) -> None:
-        if self._in_fit:
-            training_progress().enter("evaluating")
-            if self._train_done_at is None:
-                self._train_done_at = time.monotonic()
+        if self._in_fit and self._train_done_at is None:
+            self._train_done_at = time.monotonic()
+            training_progress().enter("evaluating")  # until the epoch ends (epoch_end)
 
     def epoch_end(
         self, epoch: int, logs: Mapping[str, Any] | None, lr: Callable[[int], float | None]
     ) -> None:
         done_at = self._train_done_at or time.monotonic()
+        progress = training_progress()
+        if self._train_done_at is not None:
+            progress.leave("evaluating")
+        # The epoch's end (checkpoints, backups, other callbacks) until the next epoch begins:
+        # no step runs there either.
+        progress.enter("checkpointing")
+        self._epoch_boundary = True
         self._train_done_at = None
         step = self.step if self._epoch_start is not None else self._epoch_base + (self._steps or 0)
         self.step = step
@@ -243,7 +254,10 @@ class MetricsTracker:
     ) -> None:
         """eval/<name> at the training step: ours inside fit; outside it (a standalone evaluate,
         the sidecar evaluator) `trained_step()`, the step of the weights, when it is known."""
-        training_progress().leave("evaluating")
+        if not self._in_fit:
+            training_progress().leave("evaluating")
+        # Inside fit the evaluation lasts until the epoch ends: what comes after on_test_end
+        # (its input pipeline winding down) holds the step still too.
         sink = self.sink()
         wall = time.time()
         step = self.step
@@ -257,6 +271,7 @@ class MetricsTracker:
 
     def train_end(self) -> None:
         self._in_fit = False
+        self._epoch_boundary = False
         training_progress().end()
         # Training is over: a moment for the last epoch's deferred learning-rate read.
         self._resolver.stop(wait=STOP_WAIT if self._remote else 0.0)

@@ -88,7 +88,7 @@ class Hangs:
             return
         session = tx.session
         rows = await session.execute(select(Job.id, Job.status).where(Job.id.in_(watched)))
-        statuses = {job_id: status for job_id, status in rows.tuples()}
+        statuses = {job_id: status for job_id, status in rows}
         for job_id in watched:
             status = statuses.get(job_id)
             if status not in PLACED_JOB_STATUSES:
