@@ -22,11 +22,13 @@ from agents.protocol import (
     CommandFailed,
     MetricBatch,
     MetricPoint,
+    Progress,
     TaskHello,
     TaskWelcome,
     runtime_message,
 )
 from agents.runtime import process_sink
+from agents.runtime.progress import TrainingProgress
 from agents.runtime.sender import MetricSender, from_env, task_channel_url
 from agents.runtime.sink import NullSender
 
@@ -55,6 +57,7 @@ class FakeTaskChannel:
         self.store_dropped = True
         self.commands: list[Command] = []  # sent right after the welcome
         self.records: list[CheckpointSaved | CommandFailed] = []  # resends included
+        self.progress: list[tuple[int, Progress]] = []  # (connection, report)
         self.unacked_checkpoints = 0  # hang up instead of acking this many reports
         self._server: Server | None = None
 
@@ -100,6 +103,10 @@ class FakeTaskChannel:
                     return
                 if isinstance(message, CheckpointSaved):
                     ws.send(CheckpointAck(name=message.name).model_dump_json())
+                continue
+            if isinstance(message, Progress):
+                with self.lock:
+                    self.progress.append((self.connections, message))
                 continue
             assert isinstance(message, MetricBatch)
             seqs = [point.seq for point in message.points]
@@ -156,6 +163,28 @@ def make_sender() -> Iterator[Callable[..., MetricSender]]:
     yield make
     for sender in senders:
         sender.close(timeout=0)
+
+
+def test_progress_is_sent_when_it_changes_and_again_after_a_reconnect(
+    channel: FakeTaskChannel, make_sender: Callable[..., MetricSender]
+) -> None:
+    progress, step = TrainingProgress(), [0]
+    progress.begin(lambda: step[0], steps=10, epochs=3)
+    progress.epoch_begin(0)
+    sender = make_sender(channel.url, progress=progress, progress_interval=0.05)
+    channel.wait_for(lambda: [r.step for _, r in channel.progress] == [0])
+    assert channel.progress[0][1] == Progress(
+        step=0, total_steps=30, epoch=0, epochs=3, busy="tracing"
+    )
+    step[0] = 7
+    channel.wait_for(lambda: len(channel.progress) == 2)
+    time.sleep(0.3)  # unchanged: nothing more is sent
+    assert [(r.step, r.busy) for _, r in channel.progress] == [(0, "tracing"), (7, None)]
+
+    channel.drop_after.add(len(channel.batches))  # the next batch's connection is dropped
+    sender.put("loss", 1.0, 7)
+    channel.wait_for(lambda: channel.connections == 2 and len(channel.progress) == 3)
+    assert channel.progress[-1] == (2, channel.progress[1][1])  # the latest, resent
 
 
 def closed_port_url() -> str:

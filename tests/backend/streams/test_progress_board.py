@@ -84,7 +84,7 @@ def test_a_finished_fit_and_a_replaced_attempt_are_not_watched() -> None:
 
 
 def test_a_newer_attempt_replaces_the_report_and_an_older_one_is_ignored() -> None:
-    board, clock = board_and_clock()
+    board, _ = board_and_clock()
     board.note(1, "chief:0", 1, report(50))
     board.note(1, "chief:0", 0, report(900))  # a late frame of the stopped attempt
     assert board.read(1).step == 50  # type: ignore[union-attr]
