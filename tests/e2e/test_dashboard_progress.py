@@ -99,8 +99,8 @@ def strata(cluster: Cluster, *args: str) -> str:
 
 
 def step_of_total(text: str) -> int:
-    """The step in '1520 / 20000', checked against the job's total."""
-    found = re.search(r"(\d+) / (\d+)", text)
+    """The step in '1520 / 20000' (or '1520/20000'), checked against the job's total."""
+    found = re.search(r"(\d+) ?/ ?(\d+)", text)
     assert found is not None, text
     assert int(found.group(2)) == TOTAL, text
     return int(found.group(1))

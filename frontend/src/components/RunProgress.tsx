@@ -1,7 +1,7 @@
 // A running job's progress (JobRead.progress): a cell of the jobs list and a strip of the job
 // page. Nothing is drawn before the first report or once the job has ended (it is null then).
 import type { JobProgress } from "../api/types";
-import { progressLine, progressView, type ProgressView } from "../data/runProgress";
+import { cellLine, progressLine, progressView, type ProgressView } from "../data/runProgress";
 
 function Bar({ view }: { view: ProgressView }) {
   if (view.percent === null) return null;
@@ -34,9 +34,7 @@ export function ProgressCell({ progress }: { progress: JobProgress | null | unde
           <span class="num">{view.percent}%</span>
         </div>
       ) : null}
-      <div class="faint num nowrap">
-        {[view.steps, view.percent === null ? view.rate : view.eta, view.busy].filter(Boolean).join(" · ")}
-      </div>
+      <div class="faint num nowrap">{cellLine(progress, view)}</div>
     </div>
   );
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { JobProgress } from "../api/types";
-import { eta, percentDone, progressLine, progressView, stepRate } from "./runProgress";
+import { cellLine, eta, percentDone, progressLine, progressView, stepRate } from "./runProgress";
 
 const progress = (fields: Partial<JobProgress>): JobProgress => ({ step: 1520, updated_at: "2026-11-24T01:00:00Z", ...fields });
 
@@ -48,5 +48,14 @@ describe("a running job's progress", () => {
     expect(view.rate).toBeNull();
     expect(view.eta).toBeNull();
     expect(progressLine(view)).toBe("step 0 / 4000 · 0% · tracing");
+  });
+
+  it("keeps the jobs list's line narrow", () => {
+    const full = progress({ total_steps: 4000, steps_per_second: 12.34, eta_seconds: 202 });
+    expect(cellLine(full, progressView(full))).toBe("1520/4000 · ETA 3m 22s");
+    const unknown = progress({ steps_per_second: 12.34, busy: "evaluating" });
+    expect(cellLine(unknown, progressView(unknown))).toBe("step 1520 · 12.3 steps/s · evaluating");
+    const early = progress({ step: 0, total_steps: 4000 });
+    expect(cellLine(early, progressView(early))).toBe("0/4000");
   });
 });

@@ -60,3 +60,10 @@ export function progressLine(view: ProgressView): string {
   const steps = view.percent === null ? view.steps : `step ${view.steps} · ${view.percent}%`;
   return [steps, view.epoch, view.rate, view.eta, view.busy].filter((part) => part !== null).join(" · ");
 }
+
+/** The jobs list's line under its bar, kept narrow: "1520/4000 · ETA 3m 22s"; while the total
+ * is unknown "step 1520 · 12.3 steps/s"; the busy phase after either. */
+export function cellLine(progress: JobProgress, view: ProgressView): string {
+  const parts = view.percent === null ? [view.steps, view.rate] : [`${progress.step}/${progress.total_steps}`, view.eta];
+  return [...parts, view.busy].filter((part) => part !== null).join(" · ");
+}
