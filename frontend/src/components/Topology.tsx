@@ -14,9 +14,11 @@ export interface TopologyProps {
   busy: Set<string>;
   /** The job stream's last usage frame per task, fresher than the tasks' own stats. */
   usage?: Map<string, UsageFrame>;
+  /** Workers found slow (data/stragglers), with the evidence. */
+  slow?: Map<string, string>;
 }
 
-export function Topology({ tasks, hostStatus, selected, onSelect, onRestart, busy, usage }: TopologyProps) {
+export function Topology({ tasks, hostStatus, selected, onSelect, onRestart, busy, usage, slow }: TopologyProps) {
   const byHost = new Map<string, Task[]>();
   for (const task of tasks) {
     const host = task.host ?? "";
@@ -56,6 +58,7 @@ export function Topology({ tasks, hostStatus, selected, onSelect, onRestart, bus
                         onRestart={onRestart}
                         busy={busy.has(task.name)}
                         live={usage?.get(task.name)}
+                        slow={slow?.get(task.name)}
                       />
                     ))}
                   </div>
@@ -76,6 +79,7 @@ function TaskChip({
   onRestart,
   busy,
   live,
+  slow,
 }: {
   task: Task;
   selected: boolean;
@@ -83,6 +87,7 @@ function TaskChip({
   onRestart: ((task: Task) => void) | null;
   busy: boolean;
   live?: UsageFrame;
+  slow?: string;
 }) {
   const running = task.status === "running";
   const figures = running ? taskFigures(task.stats, live?.attempt === task.attempt ? live : undefined) : null;
@@ -113,6 +118,11 @@ function TaskChip({
       ) : null}
       {task.gpus.length ? <span class="att">GPU {task.gpus.join(",")}</span> : null}
       <TaskUsage figures={figures} />
+      {slow ? (
+        <span class="att" data-testid={`slow-${task.name}`} title={slow} style={{ color: "var(--warn)", fontWeight: 600 }}>
+          slow
+        </span>
+      ) : null}
       {onRestart ? (
         <button
           type="button"

@@ -16,6 +16,7 @@ import { RunProgress } from "../components/RunProgress";
 import { Topology } from "../components/Topology";
 import { sortSeries } from "../data/jobCharts";
 import { progressSummary } from "../data/jobProgress";
+import { slowWorkers } from "../data/stragglers";
 import { useHostStatus } from "../hooks/useHostStatus";
 import { useJobActions } from "../hooks/useJobActions";
 import { useJobLive } from "../hooks/useJobLive";
@@ -84,6 +85,7 @@ export function JobPage({ id, task: routeTask }: { id: number; task: string | nu
                 onRestart={job.actions.task_restart && readOnlyWhy === null ? controls.restartTask : null}
                 busy={controls.busy}
                 usage={live.usage}
+                slow={slowWorkers(live.events, job.tasks)}
               />
             ) : (
               <div class="state compact">This job has no tasks.</div>
