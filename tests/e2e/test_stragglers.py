@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.browser import CHROMIUM, DIST, chromium, watched_page
 from tests.support.cluster import Cluster, local_cluster, wait_no_processes
 
 pytestmark = pytest.mark.e2e
@@ -99,11 +100,25 @@ def wait_finding(cluster: Cluster, job_id: int, timeout: float = 90) -> dict[str
     raise AssertionError(f"no straggler found in job {job_id}: {cluster.events(job_id)}")
 
 
+def assert_chip_slow(cluster: Cluster, job_id: int) -> None:
+    """The job page's topology marks worker:1 slow, the evidence in its tooltip (where a
+    Chromium and a built dashboard are at hand: the dashboard's own tests require them)."""
+    if not (CHROMIUM.is_file() and (DIST / "index.html").is_file()):
+        return
+    with chromium() as browser, watched_page(browser) as page:
+        page.goto(f"{cluster.url}/ui/?token={cluster.admin_token}#/jobs/{job_id}")
+        chip = page.get_by_test_id("slow-worker:1")
+        chip.wait_for()
+        assert "closures/s vs median" in (chip.get_attribute("title") or "")
+        assert page.get_by_test_id("slow-worker:0").count() == 0
+
+
 def test_a_slowed_worker_is_reported_with_its_evidence(cluster: Cluster) -> None:
     job = ps_job(cluster, "report")
     with slowed(task(job, "worker:1")["pid"]):
         event = wait_finding(cluster, job["id"])
         metrics = cluster.http.get("/metrics").text
+        assert_chip_slow(cluster, job["id"])
     assert event["task"] == "worker:1", event
     data = event["data"]
     assert data["action"] == "reported" and data["window_seconds"] == WINDOW
