@@ -83,3 +83,11 @@ class StrategyOptions(_Options):
     partitioner: Partitioner | None = Field(
         default=None, description="parameter_server only: how variables are split over the ps."
     )
+    collective_timeout: Annotated[float, Field(gt=0, le=86_400)] | None = Field(
+        default=None,
+        description="multi_worker_mirrored only: seconds a collective may wait for its peers "
+        "before it fails the step (TensorFlow's CommunicationOptions.timeout_seconds), for the "
+        "restart policy to handle. Off by default: TensorFlow keeps a thread per collective for "
+        "the whole timeout (thousands of threads at a few hundred collectives a second); the "
+        "job's hang detection finds the same stall without that cost.",
+    )

@@ -55,7 +55,9 @@ def communication_options(options: StrategyOptions) -> Any:
     implementation = tf.distribute.experimental.CommunicationImplementation[
         (options.communication or "auto").upper()
     ]
-    return tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+    return tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation, timeout_seconds=options.collective_timeout
+    )
 
 
 def variable_partitioner(options: StrategyOptions, num_ps: int) -> Any:

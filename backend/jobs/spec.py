@@ -487,6 +487,14 @@ def strategy_issues(spec: JobSpec) -> list[FieldIssue]:
                 f"job is {spec.strategy}",
             )
         )
+    if options.collective_timeout is not None and spec.strategy != Strategy.multi_worker_mirrored:
+        issues.append(
+            FieldIssue(
+                "strategy_options.collective_timeout",
+                "the collective timeout is an option of multi_worker_mirrored only; this job is "
+                f"{spec.strategy}",
+            )
+        )
     if options.partitioner is not None and spec.strategy != Strategy.parameter_server:
         issues.append(
             FieldIssue(

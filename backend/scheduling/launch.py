@@ -17,6 +17,7 @@ from backend.jobs.spec import JobSpec
 
 # Under parameter_server the ps and worker tasks run no user code: the runtime serves them.
 RUNTIME_SERVER_ARGV = ("python", "-m", "agents.runtime.server")
+WATCHDOG_VARIABLE = "TF_CLUSTER_COORDINATOR_WATCH_DOG_TIMEOUT"  # whole seconds
 
 
 def runs_runtime_server(spec: JobSpec, role: Role) -> bool:
@@ -31,6 +32,16 @@ def checkpoint_dir(spec: JobSpec, job_id: int, root: Path) -> Path:
     return root / (spec.checkpoint.dir or f"job-{job_id}")
 
 
+def watchdog(spec: JobSpec, default_hang_timeout: float) -> dict[str, str]:
+    """TensorFlow's own stall report under parameter_server: the coordinator dumps its stacks
+    to stdout (into the chief's log) when no closure finished for the job's hang timeout. One
+    idle thread; the spec's env may set it otherwise."""
+    timeout = spec.hang_timeout if spec.hang_timeout is not None else default_hang_timeout
+    if spec.strategy != Strategy.parameter_server or timeout <= 0:
+        return {}
+    return {WATCHDOG_VARIABLE: str(max(1, round(timeout)))}
+
+
 @dataclass(frozen=True)
 class JobLaunch:
     """What the start messages of one job's tasks share, worked out once for all of them
@@ -42,7 +53,16 @@ class JobLaunch:
     env: dict[str, str]
 
     @classmethod
-    def of(cls, *, spec: JobSpec, job_id: int, task_token: str, checkpoint_root: Path) -> JobLaunch:
+    def of(
+        cls,
+        *,
+        spec: JobSpec,
+        job_id: int,
+        task_token: str,
+        checkpoint_root: Path,
+        hang_timeout: float = 0.0,
+    ) -> JobLaunch:
+        """`hang_timeout`: the server's default, for a spec that leaves it unset."""
         shared = TaskEnvironment(
             job_id=job_id,
             strategy=spec.strategy,
@@ -63,7 +83,7 @@ class JobLaunch:
             # tf.keras is tf_keras: Keras 3 cannot fit under the multi-worker strategies.
             legacy_keras="1",
         )
-        return cls(spec=spec, env={**spec.env, **shared.to_env()})
+        return cls(spec=spec, env={**watchdog(spec, hang_timeout), **spec.env, **shared.to_env()})
 
     def environment(
         self, *, key: TaskKey, gpus: list[int], tf_config: dict[str, Any]

@@ -105,6 +105,7 @@ class NativeAgents:
             job_id=job.id,
             task_token=self.tokens.task_token(job.id),
             checkpoint_root=checkpoints,
+            hang_timeout=self.settings.hang_timeout,
         )
         self._last_launch = (job.id, job.spec, checkpoints, launch)
         return launch

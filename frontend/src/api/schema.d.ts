@@ -2264,6 +2264,11 @@ export interface components {
          */
         StrategyOptions: {
             /**
+             * Collective Timeout
+             * @description multi_worker_mirrored only: seconds a collective may wait for its peers before it fails the step (TensorFlow's CommunicationOptions.timeout_seconds), for the restart policy to handle. Off by default: TensorFlow keeps a thread per collective for the whole timeout (thousands of threads at a few hundred collectives a second); the job's hang detection finds the same stall without that cost.
+             */
+            collective_timeout?: number | null;
+            /**
              * Communication
              * @description multi_worker_mirrored only: the collective implementation (auto, ring, nccl).
              */

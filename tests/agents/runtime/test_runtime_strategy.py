@@ -282,7 +282,8 @@ if kind == "parameter_server":
     shards = len(big.variables) if hasattr(big, "variables") else 1
     print("RESULT", partitioner._min_shard_bytes, partitioner._max_shards, shards, flush=True)
 else:
-    print("RESULT", extended._communication_options.implementation.value, flush=True)
+    chosen = extended._communication_options
+    print("RESULT", chosen.implementation.value, chosen.timeout_seconds, flush=True)
 os._exit(0)
 """
 
@@ -291,8 +292,9 @@ os._exit(0)
 @pytest.mark.parametrize(
     ("kind", "options", "expected"),
     [
-        ("multi_worker_mirrored", '{"communication": "ring"}', "RING"),
-        ("multi_worker_mirrored", "", "AUTO"),
+        ("multi_worker_mirrored", '{"communication": "ring"}', "RING None"),
+        ("multi_worker_mirrored", '{"collective_timeout": 90}', "AUTO 90.0"),
+        ("multi_worker_mirrored", "", "AUTO None"),
         (
             "parameter_server",
             '{"partitioner": {"min_shard_bytes": 4096, "max_shards": 4}}',
@@ -300,7 +302,7 @@ os._exit(0)
         ),
         ("parameter_server", "", f"{256 << 10} 1 1"),
     ],
-    ids=["mwm-ring", "mwm-default", "ps-partitioner", "ps-default"],
+    ids=["mwm-ring", "mwm-timeout", "mwm-default", "ps-partitioner", "ps-default"],
 )
 def test_the_built_strategy_carries_the_spec_options(
     kind: str, options: str, expected: str

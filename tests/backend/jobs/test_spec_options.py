@@ -14,7 +14,7 @@ from agents.options import ExportOptions, StrategyOptions
 from agents.protocol import TaskKey
 from backend.errors import InvalidInput
 from backend.jobs.spec import validate_spec
-from backend.scheduling.launch import JobLaunch
+from backend.scheduling.launch import WATCHDOG_VARIABLE, JobLaunch
 from tests.support.factories import make_spec
 
 
@@ -114,6 +114,38 @@ def test_partitioner_under_parameter_server() -> None:
     assert read == spec.strategy_options
 
 
+def test_a_collective_timeout_under_multi_worker_mirrored() -> None:
+    document = make_spec("multi_worker_mirrored", strategy_options={"collective_timeout": 600})
+    told = environment(document)
+    assert told.strategy_options is not None
+    assert json.loads(told.strategy_options) == {"collective_timeout": 600.0}
+
+
+@pytest.mark.parametrize("seconds", [0.5, 9.9])
+def test_a_hang_timeout_under_ten_seconds_is_refused(seconds: float) -> None:
+    found = issues(make_spec(hang_timeout=seconds))
+    assert "must be 0 (no hang detection) or at least 10 seconds" in found["hang_timeout"]
+
+
+def test_the_coordinator_watchdog_follows_the_hang_timeout() -> None:
+    def env(document: dict[str, Any], default: float = 120.0) -> dict[str, str]:
+        return JobLaunch.of(
+            spec=validate_spec(document),
+            job_id=7,
+            task_token="t",
+            checkpoint_root=Path("/ckpts"),
+            hang_timeout=default,
+        ).env
+
+    assert env(make_spec())[WATCHDOG_VARIABLE] == "120"  # parameter_server: the default
+    assert env(make_spec(hang_timeout=45.4))[WATCHDOG_VARIABLE] == "45"
+    assert WATCHDOG_VARIABLE not in env(make_spec(hang_timeout=0))
+    assert WATCHDOG_VARIABLE not in env(make_spec(), default=0)
+    assert WATCHDOG_VARIABLE not in env(make_spec("multi_worker_mirrored"))
+    own = make_spec(env={WATCHDOG_VARIABLE: "900"})
+    assert env(own)[WATCHDOG_VARIABLE] == "900"  # the spec's own value wins
+
+
 def test_no_strategy_options_leave_the_variable_unset() -> None:
     assert environment(make_spec()).strategy_options is None
     # A partitioner of defaults only is still a choice: it is passed on.
@@ -169,9 +201,15 @@ def test_no_strategy_options_leave_the_variable_unset() -> None:
         ),
         (
             "parameter_server",
+            {"collective_timeout": 60},
+            "strategy_options.collective_timeout",
+            "multi_worker_mirrored only; this job is parameter_server",
+        ),
+        (
+            "parameter_server",
             {"sharding": 2},
             "strategy_options.sharding",
-            "expected one of: communication, partitioner",
+            "expected one of: communication, partitioner, collective_timeout",
         ),
     ],
 )
