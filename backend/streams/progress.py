@@ -135,14 +135,19 @@ class ProgressBoard:
         self, job_id: int, attempts: Mapping[str, int] | None = None, *, at_least: float = 0.0
     ) -> Quiet | None:
         """How long the job's watched tasks have all been quiet, if `at_least` that long.
-        `attempts`: each task's current attempt; reports of others are dropped."""
+        `attempts`: each task's current attempt; reports of others are dropped, and a report
+        of no task (a client coordinator's, which the user's own process runs) is not watched."""
         tasks = self._jobs.get(job_id)
         if not tasks:
             return None
         if attempts is not None:
-            for name in [n for n, t in tasks.items() if attempts.get(n, -1) != t.attempt]:
+            for name in [n for n, t in tasks.items() if attempts.get(n, t.attempt) != t.attempt]:
                 del tasks[name]
-        watched = {n: t for n, t in tasks.items() if t.report.training}
+        watched = {
+            n: t
+            for n, t in tasks.items()
+            if t.report.training and (attempts is None or n in attempts)
+        }
         if not watched:
             return None
         seconds = self._clock() - max(t.quiet_since for t in watched.values())

@@ -81,6 +81,11 @@ def test_a_finished_fit_and_a_replaced_attempt_are_not_watched() -> None:
     assert quiet is not None and quiet.tasks == ("worker:1",)
     # worker:1 restarted: its attempt 0's report is dropped, nothing is left to watch.
     assert board.quiet(1, {"worker:0": 0, "worker:1": 1}) is None
+    # A client coordinator reports as chief:0 of no task: shown, never watched.
+    board.note(2, "chief:0", 3, report(5))
+    clock.now += 100
+    assert board.quiet(2, {"worker:0": 0}) is None
+    assert board.read(2) is not None
 
 
 def test_a_newer_attempt_replaces_the_report_and_an_older_one_is_ignored() -> None:
