@@ -123,6 +123,7 @@ FULL = TaskEnvironment(
     legacy_keras="1",
     termination_file="/tmp/strata-termination.json",
     stop_file="/tmp/strata-termination.json.stop",
+    stacks_signal=39,
     containment="local-0-1a2b3c4d/job7-worker-0-a2",
 )
 
@@ -149,6 +150,7 @@ def test_the_environment_round_trips() -> None:
         "TF_USE_LEGACY_KERAS": "1",
         "STRATA_TERMINATION_FILE": "/tmp/strata-termination.json",
         "STRATA_STOP_FILE": "/tmp/strata-termination.json.stop",
+        "STRATA_STACKS_SIGNAL": "39",
         "STRATA_CONTAINMENT": "local-0-1a2b3c4d/job7-worker-0-a2",
     }
     assert set(env) == TaskEnvironment.variables()
