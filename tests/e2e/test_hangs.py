@@ -177,7 +177,7 @@ def test_a_slow_trace_a_long_evaluation_and_large_checkpoints_are_no_hang(
                 "python",
                 SCRIPT,
                 *("--epochs", "2", "--steps-per-epoch", "20"),
-                *("--trace-seconds", "40", "--eval-seconds", "25", "--ballast-mb", "768"),
+                *("--trace-seconds", "40", "--eval-seconds", "15", "--ballast-mb", "512"),
             ],
             "replicas": {"chief": {"count": 1}},
             "hang_timeout": 10,
