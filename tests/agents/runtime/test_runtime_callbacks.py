@@ -22,8 +22,9 @@ import pytest
 from agents import runtime
 from agents.protocol import CheckpointSaved, Command
 from agents.runtime import process_sink, reporting
-from agents.runtime.callbacks import MetricsTracker, learning_rate, strata_metrics_class
+from agents.runtime.callbacks import learning_rate, strata_metrics_class
 from agents.runtime.coordinator import CoordinatorHealth
+from agents.runtime.metrics_tracker import MetricsTracker
 from agents.runtime.sink import NullSender
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
