@@ -19,7 +19,49 @@ LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 CHECKOUT_UI_DIR = Path(__file__).resolve().parents[1] / "frontend" / "dist"
 
 
-class Settings(BaseSettings):
+class HealthSettings(BaseSettings):
+    """What the server's health checks go by: sick hosts, hung jobs, stragglers (a part of
+    `Settings`, read with it)."""
+
+    model_config = SettingsConfigDict(env_prefix="STRATA_", extra="ignore")
+
+    # A host whose tasks fail for infrastructure causes this often is cordoned (0: never).
+    host_failure_cordon_count: int = Field(
+        default=3, ge=0, description="Infrastructure failures that cordon a host; 0: none do."
+    )
+    host_failure_cordon_minutes: float = Field(
+        default=10.0, ge=0, description="Within how many minutes; 0: never cordon for them."
+    )
+    host_clock_offset_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="How far an agent's clock may be from the server's before it is a fault "
+        "that cordons its host; 0: never.",
+    )
+
+    hang_timeout: float = Field(
+        default=120.0,
+        ge=0,
+        description="Seconds a running job's step may stand still before it is hung, at least "
+        "(a job's spec.hang_timeout wins; else 5x its median recent step time if longer); "
+        "0: no hang detection by default.",
+    )
+
+    straggler_window_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds of per-worker rates a parameter_server worker is judged a "
+        "straggler over (under the median / 1.5); 0: no straggler detection.",
+    )
+    straggler_cooldown_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="After a straggler of a job was moved (stragglers: restart), this long "
+        "before another worker of it may move; slow ones are only reported meanwhile.",
+    )
+
+
+class Settings(HealthSettings):
     """Everything the server process needs to know about its environment."""
 
     model_config = SettingsConfigDict(env_prefix="STRATA_", extra="ignore")
@@ -186,41 +228,6 @@ class Settings(BaseSettings):
     )
     interruption_deadline_seconds: float = Field(
         default=60.0, gt=0, description="How long an interruption waits for its checkpoint."
-    )
-
-    # A host whose tasks fail for infrastructure causes this often is cordoned (0: never).
-    host_failure_cordon_count: int = Field(
-        default=3, ge=0, description="Infrastructure failures that cordon a host; 0: none do."
-    )
-    host_failure_cordon_minutes: float = Field(
-        default=10.0, ge=0, description="Within how many minutes; 0: never cordon for them."
-    )
-    host_clock_offset_seconds: float = Field(
-        default=30.0,
-        ge=0,
-        description="How far an agent's clock may be from the server's before it is a fault "
-        "that cordons its host; 0: never.",
-    )
-
-    hang_timeout: float = Field(
-        default=120.0,
-        ge=0,
-        description="Seconds a running job's step may stand still before it is hung, at least "
-        "(a job's spec.hang_timeout wins; else 5x its median recent step time if longer); "
-        "0: no hang detection by default.",
-    )
-
-    straggler_window_seconds: float = Field(
-        default=30.0,
-        ge=0,
-        description="Seconds of per-worker rates a parameter_server worker is judged a "
-        "straggler over (under the median / 1.5); 0: no straggler detection.",
-    )
-    straggler_cooldown_seconds: float = Field(
-        default=600.0,
-        ge=0,
-        description="After a straggler of a job was moved (stragglers: restart), this long "
-        "before another worker of it may move; slow ones are only reported meanwhile.",
     )
 
     # The client coordinator of a job with coordinator: client (runtime.connect).
