@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
@@ -11,11 +12,14 @@ from backend.api.deps import AdminPrincipal, ControllerDep
 from backend.api.hosts import HostName
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
+from backend.auth import Principal
 from backend.cluster import service
 from backend.errors import ROUTER_ERRORS, closed_query, error_responses
 from backend.hosts import cordons
 from backend.hosts.health import CordonCause
+from backend.hosts.models import Host
 from backend.hosts.schemas import HostRead
+from backend.scheduling.controller import Change, Controller
 from backend.scheduling.transaction import Transaction
 
 router = APIRouter(tags=["cluster"], responses=ROUTER_ERRORS, dependencies=[Depends(closed_query)])
@@ -46,21 +50,10 @@ async def cordon_host(
     async def change(tx: Transaction) -> HostRead:
         host = await cordons.host_named(session=tx.session, name=name)
         cordons.cordon(host, reason=reason, cause=CordonCause.manual)
-        await audit.record(
-            session=tx.session,
-            principal=principal,
-            source=source,
-            action=AuditAction.host_cordon,
-            target=f"host {name}",
-            detail={"reason": reason},
-        )
-        await tx.session.flush()
-        live = await service.live_tasks_by_host(session=tx.session)
-        return service.host_read(host, live.get(host.id, 0))
+        detail = {"reason": reason}
+        return await audited(tx, principal, source, AuditAction.host_cordon, host, detail)
 
-    cleared = await controller.apply(change)
-    controller.view.unplaced = None  # the jobs that found no room look at it now
-    return cleared
+    return await apply(controller, change)
 
 
 @router.post("/hosts/{name}/uncordon", response_model=HostRead, responses=error_responses(404))
@@ -75,18 +68,41 @@ async def uncordon_host(
         host = await cordons.host_named(session=tx.session, name=name)
         detail = {"reason": host.cordon_reason, "cause": host.cordon_cause}
         cordons.uncordon(host)
-        await audit.record(
-            session=tx.session,
-            principal=principal,
-            source=source,
-            action=AuditAction.host_uncordon,
-            target=f"host {name}",
-            detail={"cleared": detail, "acknowledged": host.acknowledged_faults},
+        return await audited(
+            tx,
+            principal,
+            source,
+            AuditAction.host_uncordon,
+            host,
+            {"cleared": detail, "acknowledged": host.acknowledged_faults},
         )
-        await tx.session.flush()
-        live = await service.live_tasks_by_host(session=tx.session)
-        return service.host_read(host, live.get(host.id, 0))
 
-    cleared = await controller.apply(change)
+    return await apply(controller, change)
+
+
+async def audited(
+    tx: Transaction,
+    principal: Principal,
+    source: str | None,
+    action: AuditAction,
+    host: Host,
+    detail: Mapping[str, object],
+) -> HostRead:
+    """The change's audit entry, then the host as it reads now."""
+    await audit.record(
+        session=tx.session,
+        principal=principal,
+        source=source,
+        action=action,
+        target=f"host {host.name}",
+        detail=dict(detail),
+    )
+    await tx.session.flush()
+    live = await service.live_tasks_by_host(session=tx.session)
+    return service.host_read(host, live.get(host.id, 0))
+
+
+async def apply(controller: Controller, change: Change[HostRead]) -> HostRead:
+    read = await controller.apply(change)
     controller.view.unplaced = None  # the jobs that found no room look at it now
-    return cleared
+    return read
