@@ -61,7 +61,22 @@ class HealthSettings(BaseSettings):
     )
 
 
-class Settings(HealthSettings):
+class LeadershipSettings(BaseSettings):
+    """How server replicas on one PostgreSQL choose their leader (backend.leadership; a part
+    of `Settings`, read with it)."""
+
+    model_config = SettingsConfigDict(env_prefix="STRATA_", extra="ignore")
+
+    leader_lease_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long the leader's lease lasts unrenewed (renewed every third of it): "
+        "a leader that stops renewing steps down, and another replica takes over, after this "
+        "long. PostgreSQL only: on SQLite the one server always leads.",
+    )
+
+
+class Settings(HealthSettings, LeadershipSettings):
     """Everything the server process needs to know about its environment."""
 
     model_config = SettingsConfigDict(env_prefix="STRATA_", extra="ignore")
