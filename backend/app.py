@@ -43,6 +43,7 @@ from backend.config import Settings
 from backend.db import PublishingSession, create_engine, session_factory
 from backend.errors import install_error_handlers
 from backend.jobs.cluster_changes import BOARD
+from backend.leadership.claim import Claim, claim
 from backend.migrate import upgrade_database
 from backend.monitoring.instruments import ServerMetrics
 from backend.monitoring.scrape import Scraper
@@ -84,15 +85,39 @@ class RedactTokens(logging.Filter):
         return True
 
 
+def _led(app: FastAPI, leading: bool) -> None:
+    """This replica began to lead: pass now rather than at the next period."""
+    if leading:
+        app.state.controller.wake()
+        slurm = getattr(app.state, "slurm", None)
+        if slurm is not None:
+            slurm.wake()
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        # Refused here, before migrating, when another server holds this SQLite file or data
+        # dir (backend.leadership.replica).
+        claimed = app.state.claim = claim(settings.data_dir, settings.resolved_database_url)
+        try:
+            async with _serving(app, claimed):
+                yield
+        finally:
+            claimed.release_locks()
+
+    @asynccontextmanager
+    async def _serving(app: FastAPI, claimed: Claim) -> AsyncIterator[None]:
         session_hooks.install()
         engine = create_engine(settings.resolved_database_url)
         await upgrade_database(engine)
+        # Whether this replica leads: only the leader passes (backend.leadership).
+        lease = app.state.lease = await claimed.lead(engine, settings.leader_lease_seconds)
+        monitor.live.leader = lambda: lease.is_leader
+        monitor.live.leadership_changes = lambda: lease.changes
         broker = app.state.broker = Broker()
         app.state.engine = engine
         # The cluster view, kept in memory and told which hosts each transaction changed.
@@ -134,6 +159,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             progress=app.state.progress,
             throughput=app.state.throughput,
             cpu=app.state.usage.cpu_percent,
+            lease=lease,
         )
         monitor.live.stragglers = app.state.controller.stragglers.flagged
         app.state.agent_reports = AgentReports(controller=app.state.controller, hub=app.state.hub)
@@ -155,6 +181,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(app.state.tensorboards.run(), name="tensorboards"),
             asyncio.create_task(board.run(app.state.sessions, app.state.usage), name="board"),
         ]
+        # Every replica ingests, keeps its cluster view and reaps its own TensorBoards; only
+        # the leader passes (the controller and Slurm loops ask the lease before each pass).
+        if claimed.keeper is not None:
+            keeper = claimed.keeper
+            keeper.on_change = lambda leading: _led(app, leading)
+            background.append(asyncio.create_task(keeper.run(), name="lease"))
         # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
         app.state.slurm = None
         if settings.slurm_enabled:
@@ -163,6 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 sessions=app.state.sessions,
                 tokens=app.state.tokens,
                 apply=app.state.controller.apply,
+                leading=lambda: lease.is_leader,
             )
             background.append(asyncio.create_task(app.state.slurm.run(), name="slurm"))
         try:
@@ -172,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # left behind, rather than keeping the server from exiting.
             await stop_services(background, settings.shutdown_seconds)
             for what, close in (
+                ("the leader's lease", claimed.release_lease),
                 ("interruptions in flight", app.state.controller.interrupter.close),
                 ("agent connections", app.state.hub.close_all),
                 ("TensorBoards", app.state.tensorboards.close),

@@ -27,6 +27,8 @@ class LiveFigures(Collector):
         self.points_ingested: Callable[[], int] = lambda: 0
         self.stream_subscribers: Callable[[], int] = lambda: 0
         self.stragglers: Callable[[], list[tuple[int, str]]] = list  # (job id, worker) slow now
+        self.leader: Callable[[], bool] = lambda: True
+        self.leadership_changes: Callable[[], int] = lambda: 0
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         yield CounterMetricFamily(
@@ -47,6 +49,16 @@ class LiveFigures(Collector):
         for job_id, task in self.stragglers():
             slow.add_metric([str(job_id), task], 1)
         yield slow
+        yield GaugeMetricFamily(
+            "strata_leader",
+            "1 while this server replica leads (runs the controller's passes), else 0.",
+            value=int(self.leader()),
+        )
+        yield CounterMetricFamily(
+            "strata_leadership_changes",
+            "Times this replica began or stopped leading.",
+            value=self.leadership_changes(),
+        )
 
 
 class ServerMetrics:

@@ -8,6 +8,10 @@ way. Where tasks run is the executors it is given (backend.scheduling.executors)
 change to jobs and tasks goes through this class, under one lock, and jobs are versioned: a
 change that read a job another writer has changed since is applied again on fresh state, so
 an acknowledged request is never undone by something concurrent.
+
+Passes run only on the replica that leads (backend.leadership), each fenced by its lease's
+epoch. Requests and agents' reports are applied by the replica they reach, unfenced: a
+follower's `apply` is not yet forwarded to the leader nor taken under its lease.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.config import Settings
+from backend.leadership.lease import Lease, NotLeader, SoleLeader
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.cluster import ClusterView
 from backend.scheduling.executors import Executors
@@ -79,8 +84,10 @@ class Controller:
         progress: ProgressBoard | None = None,
         throughput: ThroughputBoard | None = None,
         cpu: CpuPercent | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.settings = settings
+        self.lease: Lease = lease or SoleLeader()  # passes run while it leads
         self.monitor = monitor  # times passes; transactions record what they decided
         self.sessions = sessions
         self.view = ClusterView()
@@ -140,11 +147,15 @@ class Controller:
             await asyncio.sleep(last_pass + gap - time.monotonic())
             last_pass = time.monotonic()
             self._wake.clear()
+            if not self.lease.is_leader:
+                continue  # a follower passes nothing; the keeper wakes it when it leads
             try:
                 held = await self.reconcile()
                 failures = 0
                 # Room for the changes that waited for the lock meanwhile, if any did.
                 gap = max(PASS_GAP_SECONDS, PASS_GAP_FACTOR * held if self._queued else 0.0)
+            except NotLeader as exc:
+                log.warning("a reconcile pass wrote nothing: %s", exc)
             except StaleDataError:
                 log.info("a job changed during a reconcile pass; passing again")
                 self.wake()
@@ -154,12 +165,14 @@ class Controller:
                 await asyncio.sleep(min(30.0, period * 2**failures) * random.uniform(0.5, 1.0))
 
     async def reconcile(self) -> float:
-        """One pass: every reconciler, in order, in one transaction. Returns the seconds it
-        held the lock (the wait for it left out)."""
+        """One pass: every reconciler, in order, in one transaction fenced by the lease
+        (NotLeader: it wrote nothing). Returns the seconds it held the lock (the wait for it
+        left out)."""
         began = time.perf_counter()
         try:
             async with self._transaction("pass") as tx:
                 locked = time.perf_counter()
+                await self.lease.fence(tx.session)
                 for reconciler in self.reconcilers:
                     await reconciler.reconcile(tx)
             held = time.perf_counter() - locked

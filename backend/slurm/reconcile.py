@@ -18,6 +18,7 @@ import contextlib
 import functools
 import logging
 import random
+from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -64,8 +65,11 @@ class SlurmSync:
         tokens: TokenRegistry,
         apply: Apply,
         commands: SlurmCommands | None = None,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.settings = settings
+        # Only the leading replica passes: two would both sbatch a job (backend.leadership).
+        self.leading = leading
         self.sessions = sessions
         self.apply = apply
         self.commands = commands or commands_from(settings)
@@ -98,6 +102,8 @@ class SlurmSync:
                 async with asyncio.timeout(period * random.uniform(0.8, 1.2)):
                     await self._wake.wait()
             self._wake.clear()
+            if not self.leading():
+                continue
             try:
                 await self.reconcile_once()
             except Exception:

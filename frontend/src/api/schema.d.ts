@@ -105,7 +105,7 @@ export interface paths {
         };
         /**
          * Healthz
-         * @description Whether the server is up and its database answers.
+         * @description Whether the server is up and its database answers, and whether it leads.
          */
         get: operations["healthz_healthz_get"];
         put?: never;
@@ -1367,6 +1367,22 @@ export interface components {
         Health: {
             /** Database */
             database: string;
+            /**
+             * Epoch
+             * @description The epoch of the lease it holds while leading on PostgreSQL; null on SQLite, whose one server always leads, and on a follower.
+             */
+            epoch: number | null;
+            /**
+             * Replica
+             * @description This server replica's id, kept in its data dir.
+             */
+            replica: string;
+            /**
+             * Role
+             * @description Whether this replica leads: runs the controller's passes.
+             * @enum {string}
+             */
+            role: "leader" | "follower";
             /** Status */
             status: string;
         };
