@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from backend.db import create_engine
 from backend.leadership.lease import Lease, LeaseKeeper, SoleLeader
 from backend.leadership.replica import (
     HeldLock,
@@ -37,14 +38,20 @@ class Claim:
         if engine.dialect.name == "sqlite":
             self.lease = SoleLeader(self.replica)
             return self.lease
-        self.keeper = LeaseKeeper(engine=engine, replica=self.replica, ttl=ttl)
+        # A connection of its own: a pool drained by a burst of requests must not hold up a
+        # renewal until the lease is lost.
+        own = create_engine(engine.url.render_as_string(hide_password=False), pool_size=1)
+        self.keeper = LeaseKeeper(engine=own, replica=self.replica, ttl=ttl)
         self.lease = self.keeper
         await self.keeper.tick()
         return self.lease
 
     async def release_lease(self) -> None:
         if self.keeper is not None:
-            await self.keeper.release()
+            try:
+                await self.keeper.release()
+            finally:
+                await self.keeper.engine.dispose()
 
     def release_locks(self) -> None:
         for lock in reversed(self.locks):
