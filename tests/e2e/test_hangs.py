@@ -127,7 +127,9 @@ def test_a_ps_job_whose_ps_is_stopped_is_found_hung_and_restarted(cluster: Clust
     spec: dict[str, Any] = yaml.safe_load((REPO / "examples" / "digits_ps.yaml").read_text())
     spec.update(
         name="ps-stopped",
-        entrypoint=["python", "examples/digits.py", "--epochs", "400", "--steps-per-epoch", "20"],
+        # Long epochs: the stop lands inside one, not in an epoch end's checkpoint (a busy
+        # phase, which is given five timeouts).
+        entrypoint=["python", "examples/digits.py", "--epochs", "50", "--steps-per-epoch", "2000"],
         hang_timeout=HANG_TIMEOUT,
         restart={"policy": "on_failure", "max_restarts": 2, "backoff_seconds": 0},
         export=None,

@@ -33,8 +33,8 @@ from backend.scheduling.transaction import Transaction
 from backend.streams.progress import ProgressBoard, Quiet
 
 STEP_TIME_FACTOR = 5.0  # the default timeout is at least this many median step times
-BUSY_FACTOR = 10.0
-BUSY_FLOOR = 900.0
+BUSY_FACTOR = 5.0
+BUSY_FLOOR = 300.0
 STACKS_SECONDS = 3.0  # from asking for stacks to the restart
 
 

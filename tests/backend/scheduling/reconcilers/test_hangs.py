@@ -79,7 +79,11 @@ async def test_a_busy_phase_and_an_opted_out_job_are_not_hangs(world: World) -> 
     board.note(job_id, "chief:0", 0, Progress(step=20, epoch=0, busy="checkpointing"))
     clock.now += 299
     await world.run(hangs)
-    assert stacks_asked(world) == []  # busy phases get ten timeouts (at least 15 minutes)
+    assert stacks_asked(world) == []  # busy phases get five timeouts (at least 5 minutes)
+    clock.now += 2
+    await world.run(hangs)  # a checkpoint write that never ends is a hang after all
+    assert [m.reason[:32] for m in stacks_asked(world)] == ["hung: checkpointing for 5m01s at"]
+    world.hub.sent.clear()
 
     other_id, opted_out, other_clock, _ = await hung_world(world, hang_timeout=0)
     other_clock.now += 3600
