@@ -52,6 +52,13 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
         process.wait()
 
 
+def wait_for_thread_state(pid: int, text: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(text in line for line in thread_lines(pid)):
+        assert time.monotonic() < deadline, thread_lines(pid)
+        time.sleep(0.05)
+
+
 def wait_for_text(path: Path, text: str, timeout: float = 10.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,6 +76,7 @@ def test_a_process_with_the_runtime_s_handler_dumps_its_python_stacks(
     process = start(BLOCKED, stderr, STRATA_STACKS_SIGNAL=str(STACKS_SIGNAL))
     processes.append(process)
     assert catches(process.pid, STACKS_SIGNAL)
+    wait_for_thread_state(process.pid, "waiting in")  # it has reached its read
     lines: list[str] = []
     assert collect("worker:1 attempt 0", [process.pid], lines.extend, reason="hung") == 1
     assert lines[0] == f"strata: threads of worker:1 attempt 0, pid {process.pid} (hung):"
@@ -98,8 +106,5 @@ def test_a_stopped_process_shows_as_stopped(
     process = start(BLOCKED, tmp_path / "stderr", STRATA_STACKS_SIGNAL=str(STACKS_SIGNAL))
     processes.append(process)
     os.kill(process.pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 5
-    while not any(": stopped" in line for line in thread_lines(process.pid)):
-        assert time.monotonic() < deadline, thread_lines(process.pid)
-        time.sleep(0.05)
+    wait_for_thread_state(process.pid, ": stopped")
     assert thread_lines(2**22 + 12345) == [f"  (pid {2**22 + 12345} is gone)"]
