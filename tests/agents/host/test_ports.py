@@ -97,10 +97,12 @@ def test_a_claim_needs_at_least_one_port_and_the_default_grows_with_the_gpus(
     assert default_port_count(8) > default_port_count(0) > 0
 
 
-def test_lock_files_are_readable_by_every_user(tmp_path: Path, listener: socket.socket) -> None:
+def test_lock_files_are_readable_by_every_user(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port the kernel found free (the next one may not be)
+        probe.bind(("0.0.0.0", 0))
+        port = probe.getsockname()[1]
     old = os.umask(0o077)
     try:
-        port = listener.getsockname()[1] + 1
         claim = PortClaim.claim((port, port), 1, tmp_path / "locks")
     finally:
         os.umask(old)
