@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 
 from fastapi import FastAPI
 
@@ -26,6 +27,7 @@ from backend.api import (
     metrics,
     prometheus,
     quotas,
+    replicas,
     streams,
     task_channel,
     tasks,
@@ -34,6 +36,7 @@ from backend.api import (
     tokens,
 )
 from backend.api.body import BodyLimit
+from backend.api.forwarding import LeaderForwarding, forwarder
 from backend.api.ui import mount_dashboard
 from backend.auth import TokenKind, TokenRegistry
 from backend.cluster.board import ClusterBoard
@@ -86,12 +89,23 @@ class RedactTokens(logging.Filter):
 
 
 def _led(app: FastAPI, leading: bool) -> None:
-    """This replica began to lead: pass now rather than at the next period."""
+    """This replica began to lead: agents reconnect to it from now (a lost host's grace counts
+    from here), and it passes now rather than at the next period."""
     if leading:
+        app.state.controller.view.term_began()
         app.state.controller.wake()
         slurm = getattr(app.state, "slurm", None)
         if slurm is not None:
             slurm.wake()
+
+
+def _superseded(app: FastAPI, why: str) -> None:
+    """Another replica led after this one: what this one holds in memory of its term is
+    stale, so the server stops, for its supervisor to start it again as a follower."""
+    stop = getattr(app.state, "stop_superseded", None)
+    if stop is not None:
+        log.warning("stopping: superseded (%s); start again to follow", why)
+        stop(why)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -103,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Refused here, before migrating, when another server holds this SQLite file or data
         # dir (backend.leadership.replica).
         claimed = app.state.claim = claim(settings.data_dir, settings.resolved_database_url)
+        app.state.started_at = datetime.now(UTC)
         try:
             async with _serving(app, claimed):
                 yield
@@ -115,7 +130,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = create_engine(settings.resolved_database_url)
         await upgrade_database(engine)
         # Whether this replica leads: only the leader passes (backend.leadership).
-        lease = app.state.lease = await claimed.lead(engine, settings.leader_lease_seconds)
+        lease = app.state.lease = await claimed.lead(
+            engine, settings.leader_lease_seconds, settings.replica_url
+        )
         monitor.live.leader = lambda: lease.is_leader
         monitor.live.leadership_changes = lambda: lease.changes
         broker = app.state.broker = Broker()
@@ -126,6 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine, sync_session_class=PublishingSession, info={BROKER: broker, BOARD: board}
         )
         app.state.hub = AgentHub()
+        app.state.forwarding = forwarder(settings.tls_certfile)
         app.state.runtimes = RuntimeLinks()
         app.state.ingestor = Ingestor(app.state.sessions, broker)
         monitor.live.points_ingested = lambda: app.state.ingestor.points_written
@@ -142,7 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         # Log lines are written by the agent channel and read by the routes and streams.
         app.state.logs = LogStore(
-            settings.data_dir / "logs", settings.log_bytes_per_task, publish_log
+            settings.shared / "logs", settings.log_bytes_per_task, publish_log
         )
         # Tasks run on agents reached through the hub: native hosts, and those started in a
         # Slurm job's allocation. Each job's executor says which may take it; the Slurm one
@@ -172,7 +190,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             limit=settings.tensorboard_max,
             idle_seconds=settings.tensorboard_idle_seconds,
             start_seconds=settings.tensorboard_start_seconds,
-            log_dir=settings.data_dir / "tensorboard",
+            log_dir=settings.shared / "tensorboard",
         )
         log.info("database ready (%s)", engine.dialect.name)
         background = [
@@ -186,6 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if claimed.keeper is not None:
             keeper = claimed.keeper
             keeper.on_change = lambda leading: _led(app, leading)
+            keeper.on_superseded = lambda why: _superseded(app, why)
             background.append(asyncio.create_task(keeper.run(), name="lease"))
         # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
         app.state.slurm = None
@@ -208,6 +227,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 ("the leader's lease", claimed.release_lease),
                 ("interruptions in flight", app.state.controller.interrupter.close),
                 ("agent connections", app.state.hub.close_all),
+                ("forwarding to the leader", app.state.forwarding.aclose),
                 ("TensorBoards", app.state.tensorboards.close),
                 ("the database engine", engine.dispose),
             ):
@@ -229,7 +249,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         {TokenKind.admin: settings.api_token, TokenKind.agent: settings.agent_token}
     )
     install_error_handlers(app)
-    app.state.code = CodeStore(settings.data_dir / "code", settings.max_code_bytes)
+    app.state.code = CodeStore(settings.shared / "code", settings.max_code_bytes)
+    # On a follower, what only the leader may answer goes there (inside the body limit).
+    app.add_middleware(
+        LeaderForwarding,
+        lease=lambda: getattr(app.state, "lease", None),
+        forwarding=lambda: app.state.forwarding,
+        wait_seconds=2 * settings.leader_lease_seconds,
+    )
     # Every HTTP body, and code bundles by their own limit.
     app.add_middleware(
         BodyLimit,
@@ -256,6 +283,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         teams.router,
         audit.router,
         quotas.router,
+        replicas.router,
     ):
         app.include_router(router)
     streams.document_frames(app)  # websocket frames are no route: put them in the schema

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, get_args
@@ -68,11 +69,22 @@ class LeadershipSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STRATA_", extra="ignore")
 
     leader_lease_seconds: float = Field(
-        default=5.0,
+        default=4.0,
         gt=0,
         description="How long the leader's lease lasts unrenewed (renewed every third of it): "
         "a leader that stops renewing steps down, and another replica takes over, after this "
         "long. PostgreSQL only: on SQLite the one server always leads.",
+    )
+    advertise_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^/\s]+$",
+        description="Where the other replicas reach this one (http[s]://host:port) to forward "
+        "requests to it while it leads; unset: this server's host and port.",
+    )
+    shared_dir: Path | None = Field(
+        default=None,
+        description="Task logs, code bundles and TensorBoard logs: a directory every replica "
+        "mounts (the same one) when several share a PostgreSQL database; unset: the data dir.",
     )
 
 
@@ -361,7 +373,23 @@ class Settings(HealthSettings, LeadershipSettings):
 
     @property
     def checkpoints(self) -> Path:
-        return (self.checkpoint_root or self.data_dir / "checkpoints").expanduser().resolve()
+        return (self.checkpoint_root or self.shared / "checkpoints").expanduser().resolve()
+
+    @property
+    def shared(self) -> Path:
+        """Files every replica must see (task logs, code bundles): the shared dir or the data
+        dir."""
+        return (self.shared_dir or self.data_dir).expanduser().resolve()
+
+    @property
+    def replica_url(self) -> str:
+        """Where the other replicas reach this one."""
+        if self.advertise_url is not None:
+            return self.advertise_url
+        every_interface = self.host in ("0.0.0.0", "::", "")  # noqa: S104 (compared, not bound)
+        host = socket.gethostname() if every_interface else self.host
+        scheme = "https" if self.tls_certfile is not None else "http"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
     def dashboard_dir(self) -> Path:

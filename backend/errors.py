@@ -60,6 +60,12 @@ class TaskFailed(DomainError):
     status_code = 502
 
 
+class Unavailable(DomainError):
+    """No replica can apply it just now (a leader takeover is under way): retry."""
+
+    status_code = 503
+
+
 class TaskTimeout(DomainError):
     """A task the request depends on did not answer in time."""
 
@@ -114,6 +120,7 @@ _ERROR_DESCRIPTIONS = {
     415: "The request body's content type is not accepted.",
     422: "Invalid input: every offending field, each with what was expected.",
     502: "A task the request waits on answered with a failure.",
+    503: "No server replica leads at the moment (a takeover is under way); retry.",
     504: "A task the request waits on did not answer in time.",
 }
 
@@ -177,7 +184,8 @@ def error_response(exc: DomainError) -> JSONResponse:
     body: dict[str, object] = {"detail": exc.message}
     if isinstance(exc, InvalidInput):
         body["errors"] = [{"field": i.field, "message": i.message} for i in exc.issues]
-    return JSONResponse(body, status_code=exc.status_code)
+    headers = {"Retry-After": "1"} if isinstance(exc, Unavailable) else None
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

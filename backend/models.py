@@ -6,7 +6,7 @@ from backend.audit.models import AuditEntry
 from backend.db import Base
 from backend.hosts.models import Device, Host
 from backend.jobs.models import Checkpoint, Job, JobClient, JobEvent, Task
-from backend.leadership.models import Leadership
+from backend.leadership.models import Leadership, ServerReplica
 from backend.slurm.models import SlurmJob
 from backend.streams.models import MetricPoint
 from backend.teams.models import Project, ProjectMember, User
@@ -26,6 +26,7 @@ __all__ = [
     "MetricPoint",
     "Project",
     "ProjectMember",
+    "ServerReplica",
     "SlurmJob",
     "Task",
     "User",

@@ -21,6 +21,8 @@ from rich.console import Console
 from backend.config import Settings
 
 console = Console()
+# EX_TEMPFAIL: a replica superseded by another stops, for its supervisor to start it again.
+SUPERSEDED_EXIT = 75
 
 DbOption = Annotated[
     str | None,
@@ -55,8 +57,9 @@ def _serve(settings: Settings) -> None:
     from backend.cli.collector import settle_for_serving
     from backend.cli.server_logging import server_log_config
 
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -67,7 +70,21 @@ def _serve(settings: Settings) -> None:
         ssl_keyfile=settings.tls_keyfile,
     )
     settle_for_serving()
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    superseded: list[str] = []
+
+    def stop_superseded(why: str) -> None:
+        superseded.append(why)
+        server.should_exit = True  # a graceful stop: connections close, locks are released
+
+    app.state.stop_superseded = stop_superseded
+    server.run()
+    if superseded:
+        console.print(
+            f"[yellow]stopped:[/yellow] another replica led after this one ({superseded[0]}); "
+            "start it again to follow (exit status 75)"
+        )
+        raise typer.Exit(SUPERSEDED_EXIT)
 
 
 def server(

@@ -33,7 +33,7 @@ class Claim:
     lease: Lease = field(init=False)
     keeper: LeaseKeeper | None = None  # None on SQLite
 
-    async def lead(self, engine: AsyncEngine, ttl: float) -> Lease:
+    async def lead(self, engine: AsyncEngine, ttl: float, url: str) -> Lease:
         """The lease, tried once already on PostgreSQL; SQLite's one server just leads."""
         if engine.dialect.name == "sqlite":
             self.lease = SoleLeader(self.replica)
@@ -41,7 +41,7 @@ class Claim:
         # A connection of its own: a pool drained by a burst of requests must not hold up a
         # renewal until the lease is lost.
         own = create_engine(engine.url.render_as_string(hide_password=False), pool_size=1)
-        self.keeper = LeaseKeeper(engine=own, replica=self.replica, ttl=ttl)
+        self.keeper = LeaseKeeper(engine=own, replica=self.replica, ttl=ttl, url=url)
         self.lease = self.keeper
         await self.keeper.tick()
         return self.lease

@@ -1,4 +1,5 @@
-"""The lease: one row, written only by the statements in backend.leadership.statements."""
+"""The lease (one row) and the replicas that compete for it, written only by the statements
+in backend.leadership.statements."""
 
 from __future__ import annotations
 
@@ -24,3 +25,14 @@ class Leadership(Base):
     # The database's clock, never a replica's: replicas' clocks may disagree.
     renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ServerReplica(Base):
+    """A replica that ran on this database: where the others forward to it while it leads."""
+
+    __tablename__ = "server_replicas"
+
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(String(2048))  # its STRATA_ADVERTISE_URL
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime)  # its last tick, leader or not

@@ -1,4 +1,5 @@
-"""The lease's statements (PostgreSQL): take or renew, check and hold, release.
+"""The lease's statements (PostgreSQL): take or renew, check and hold, release; and each
+replica's row, noted at every attempt, which says where the leader is reached.
 
 Every time is the database's (`clock_timestamp()`), never a replica's, so that replicas'
 clocks may disagree. Each statement is atomic by itself: two replicas taking an expired lease
@@ -7,13 +8,24 @@ at once update one row, and the second sees the first's renewal and takes nothin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import Interval, and_, bindparam, case, func, or_, select, update
+from sqlalchemy import Interval, and_, bindparam, case, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from backend.leadership.models import LEASE_ROW, Leadership
+from backend.leadership.models import LEASE_ROW, Leadership, ServerReplica
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds the lease, as one replica's attempt found it."""
+
+    replica: str
+    epoch: int
+    url: str | None  # where it is reached; None if it noted no row (yet)
+    seconds_left: float  # until it expires by the database's clock (negative: expired)
 
 
 async def take_or_renew(
@@ -77,3 +89,52 @@ async def release(connection: AsyncConnection, *, replica: str, epoch: int) -> N
         )
         .values(expires_at=func.clock_timestamp())
     )
+
+
+async def note_replica(connection: AsyncConnection, *, replica: str, url: str) -> None:
+    """This replica is alive and reached at `url` (inserted at its first attempt)."""
+    now = func.clock_timestamp()
+    statement = insert(ServerReplica).values(
+        replica=replica, url=url, started_at=now, renewed_at=now
+    )
+    await connection.execute(
+        statement.on_conflict_do_update(
+            index_elements=[ServerReplica.replica],
+            set_={"url": statement.excluded.url, "renewed_at": statement.excluded.renewed_at},
+        )
+    )
+
+
+async def holder(connection: AsyncConnection) -> Holder | None:
+    """Who holds the lease and where it is reached; None before anyone has led."""
+    seconds_left = func.extract("epoch", Leadership.expires_at - func.clock_timestamp())
+    row = (
+        await connection.execute(
+            select(Leadership.holder, Leadership.epoch, ServerReplica.url, seconds_left)
+            .outerjoin(ServerReplica, ServerReplica.replica == Leadership.holder)
+            .where(Leadership.id == LEASE_ROW)
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return Holder(replica=row[0], epoch=row[1], url=row[2], seconds_left=float(row[3]))
+
+
+async def forget_replica(connection: AsyncConnection, *, replica: str) -> None:
+    """The replica stopped: it is no longer listed."""
+    await connection.execute(delete(ServerReplica).where(ServerReplica.replica == replica))
+
+
+async def replicas(session: AsyncSession) -> tuple[Leadership | None, bool, list[ServerReplica]]:
+    """The lease row, whether it is unexpired now, and every replica, oldest first."""
+    lease = (
+        await session.execute(
+            select(Leadership, Leadership.expires_at > func.clock_timestamp()).where(
+                Leadership.id == LEASE_ROW
+            )
+        )
+    ).one_or_none()
+    listed = await session.scalars(select(ServerReplica).order_by(ServerReplica.started_at))
+    if lease is None:
+        return None, False, list(listed)
+    return lease[0], bool(lease[1]), list(listed)

@@ -65,6 +65,11 @@ class ClusterView:
     # not placed again, and the job waits for them to stop (reconcilers/preemptions.py).
     preempting: dict[int, set[int]] = field(default_factory=dict)
 
+    def term_began(self) -> None:
+        """This replica began to lead: a lost host's grace counts from now, when agents
+        begin to reach it, not from when its process started."""
+        self.started = time.monotonic()
+
     def heard_from(self, host: str) -> None:
         self.last_heard[host] = time.monotonic()
         self.heard_since_recorded.add(host)

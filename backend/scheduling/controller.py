@@ -9,9 +9,8 @@ change to jobs and tasks goes through this class, under one lock, and jobs are v
 change that read a job another writer has changed since is applied again on fresh state, so
 an acknowledged request is never undone by something concurrent.
 
-Passes run only on the replica that leads (backend.leadership), each fenced by its lease's
-epoch. Requests and agents' reports are applied by the replica they reach, unfenced: a
-follower's `apply` is not yet forwarded to the leader nor taken under its lease.
+Only the replica that leads (backend.leadership) passes and applies changes, each fenced by
+its lease's epoch: followers forward requests, agents and runtimes to it (backend.api.forwarding).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from backend.config import Settings
+from backend.errors import Unavailable
 from backend.leadership.lease import Lease, NotLeader, SoleLeader
 from backend.monitoring.instruments import ServerMetrics
 from backend.scheduling.cluster import ClusterView
@@ -239,6 +239,10 @@ class Controller:
             if capacity:
                 self.view.capacity_changed()
             async with self._transaction(holder) as tx:
+                try:
+                    await self.lease.fence(tx.session)
+                except NotLeader as exc:  # followers forward: this one just lost the lease
+                    raise Unavailable(f"{exc}; retry") from exc
                 return await change(tx), tx
 
         return await applied_again_if_stale(attempt, f"a change by {holder}")
