@@ -36,6 +36,7 @@ ROUTES: list[tuple[str, str]] = [
     ("POST", "/hosts/local-0/cordon"),
     ("POST", "/hosts/local-0/uncordon"),
     ("GET", "/cluster"),
+    ("GET", "/replicas"),
     ("GET", "/metrics"),
     ("POST", "/tokens"),
     ("GET", "/tokens"),

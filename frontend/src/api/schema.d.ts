@@ -711,6 +711,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/replicas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Replicas
+         * @description The leader and every replica on this database. On SQLite: this one server, leading.
+         */
+        get: operations["list_replicas_replicas_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/tokens": {
         parameters: {
             query?: never;
@@ -2133,6 +2153,32 @@ export interface components {
          * @enum {string}
          */
         ProjectRole: "viewer" | "member" | "admin";
+        /** ReplicaRead */
+        ReplicaRead: {
+            /**
+             * Renewed At
+             * Format: date-time
+             * @description Its last attempt to take or renew the lease (every third of the lease time, leader or not): a replica long past that is gone.
+             */
+            renewed_at: string;
+            /** Replica */
+            replica: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "leader" | "follower";
+            /**
+             * Started At
+             * Format: date-time
+             */
+            started_at: string;
+            /**
+             * Url
+             * @description Where the other replicas forward to it while it leads.
+             */
+            url: string;
+        };
         /** ReplicaSpec */
         ReplicaSpec: {
             /**
@@ -2182,6 +2228,23 @@ export interface components {
              *     }
              */
             worker: components["schemas"]["ReplicaSpec"];
+        };
+        /** ReplicasRead */
+        ReplicasRead: {
+            /**
+             * Epoch
+             * @description The leader's epoch; null on SQLite or with none.
+             */
+            epoch: number | null;
+            /**
+             * Leader
+             * @description The replica whose lease is unexpired; null: none.
+             */
+            leader: string | null;
+            /** Lease Expires At */
+            lease_expires_at: string | null;
+            /** Replicas */
+            replicas: components["schemas"]["ReplicaRead"][];
         };
         /** RestartPolicy */
         RestartPolicy: {
@@ -5048,6 +5111,53 @@ export interface operations {
             };
             /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    list_replicas_replicas_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplicasRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

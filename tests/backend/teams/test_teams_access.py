@@ -137,6 +137,7 @@ def expected_outside_jobs(method: str, path: str, role: str) -> set[int] | None:
         ("POST", "/hosts/{name}/cordon"): admin_only,
         ("POST", "/hosts/{name}/uncordon"): admin_only,
         ("GET", "/cluster"): None,
+        ("GET", "/replicas"): None,
         ("GET", "/metrics"): admin_only,  # Prometheus: every project's numbers
         ("POST", "/tokens"): admin_only,
         ("GET", "/tokens"): None,  # their own
