@@ -199,13 +199,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(app.state.tensorboards.run(), name="tensorboards"),
             asyncio.create_task(board.run(app.state.sessions, app.state.usage), name="board"),
         ]
-        # Every replica ingests, keeps its cluster view and reaps its own TensorBoards; only
-        # the leader passes (the controller and Slurm loops ask the lease before each pass).
+        # Only the leader passes (the controller and Slurm loops ask the lease before each
+        # pass); followers forward what reaches them (backend.api.forwarding).
         if claimed.keeper is not None:
-            keeper = claimed.keeper
-            keeper.on_change = lambda leading: _led(app, leading)
-            keeper.on_superseded = lambda why: _superseded(app, why)
-            background.append(asyncio.create_task(keeper.run(), name="lease"))
+            claimed.keeper.tell(
+                on_change=lambda leading: _led(app, leading),
+                on_superseded=lambda why: _superseded(app, why),
+            )
+            claimed.keeper.start_renewing()
         # Jobs that ask for Slurm (spec.slurm) run as Slurm jobs: docs/slurm.md.
         app.state.slurm = None
         if settings.slurm_enabled:

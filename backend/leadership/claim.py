@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backend.db import create_engine
+from backend.leadership.keeper_thread import KeeperThread
 from backend.leadership.lease import Lease, LeaseKeeper, SoleLeader
 from backend.leadership.replica import (
     HeldLock,
@@ -31,27 +32,25 @@ class Claim:
     replica: str
     locks: list[HeldLock]
     lease: Lease = field(init=False)
-    keeper: LeaseKeeper | None = None  # None on SQLite
+    keeper: KeeperThread | None = None  # None on SQLite
 
     async def lead(self, engine: AsyncEngine, ttl: float, url: str) -> Lease:
         """The lease, tried once already on PostgreSQL; SQLite's one server just leads."""
         if engine.dialect.name == "sqlite":
             self.lease = SoleLeader(self.replica)
             return self.lease
-        # A connection of its own: a pool drained by a burst of requests must not hold up a
-        # renewal until the lease is lost.
+        # A connection of its own, on the keeper's thread: neither a pool drained by a burst
+        # of requests nor a busy event loop may hold up a renewal until the lease is lost.
         own = create_engine(engine.url.render_as_string(hide_password=False), pool_size=1)
-        self.keeper = LeaseKeeper(engine=own, replica=self.replica, ttl=ttl, url=url)
-        self.lease = self.keeper
-        await self.keeper.tick()
+        keeper = LeaseKeeper(engine=own, replica=self.replica, ttl=ttl, url=url)
+        self.keeper = KeeperThread(keeper)
+        self.lease = keeper
+        await self.keeper.run(keeper.tick())
         return self.lease
 
     async def release_lease(self) -> None:
         if self.keeper is not None:
-            try:
-                await self.keeper.release()
-            finally:
-                await self.keeper.engine.dispose()
+            await self.keeper.stop()
 
     def release_locks(self) -> None:
         for lock in reversed(self.locks):

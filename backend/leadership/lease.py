@@ -191,7 +191,10 @@ class LeaseKeeper:
         epoch = self.epoch
         if epoch is None:
             raise NotLeader(f"replica {self.replica} does not lead")
-        if not await statements.hold(session, replica=self.replica, epoch=epoch):
+        held = await statements.hold(
+            session, replica=self.replica, epoch=epoch, idle_limit=2 * self.ttl
+        )
+        if not held:
             self.step_down(f"the lease of epoch {epoch} was taken over")
             self.supersede(f"the lease of epoch {epoch} was taken over")
             raise NotLeader(f"the lease of epoch {epoch} was taken over")

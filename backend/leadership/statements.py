@@ -2,16 +2,16 @@
 replica's row, noted at every attempt, which says where the leader is reached.
 
 Every time is the database's (`clock_timestamp()`), never a replica's, so that replicas'
-clocks may disagree. Each statement is atomic by itself: two replicas taking an expired lease
-at once update one row, and the second sees the first's renewal and takes nothing.
+clocks may disagree. A take locks the row FOR UPDATE and reads it again: two replicas taking
+an expired lease at once are one after the other, and the second sees the first's take.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import Interval, and_, bindparam, case, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, Interval, bindparam, delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -31,41 +31,91 @@ class Holder:
 async def take_or_renew(
     connection: AsyncConnection, *, replica: str, held: int | None, ttl: float
 ) -> int | None:
-    """Take the lease if it is free, expired or this replica's, or renew the one held with
-    epoch `held`. Returns the epoch now held; None when another replica holds the lease.
+    """Renew the lease held with epoch `held`, or take it if it is free, expired or this
+    replica's. Returns the epoch now held; None when another replica holds the lease.
 
     A replica's own lease is taken back at once, expired or not: a restarted server need not
     wait out its predecessor's lease. The epoch stays only for the renewal of the very lease
     held (`held`); any other take, a take-back included, is a new epoch, which fences off
     whatever still wrote under the old one."""
-    now = func.clock_timestamp()
-    expires = now + bindparam("ttl", timedelta(seconds=ttl), type_=Interval)
-    statement = insert(Leadership).values(
-        id=LEASE_ROW, holder=replica, epoch=1, renewed_at=now, expires_at=expires
+    if held is not None and await _renew(connection, replica=replica, epoch=held, ttl=ttl):
+        return held
+    return await _take(connection, replica=replica, ttl=ttl)
+
+
+def _expires(ttl: float) -> ColumnElement[datetime]:
+    return func.clock_timestamp() + bindparam("ttl", timedelta(seconds=ttl), type_=Interval)
+
+
+async def _renew(connection: AsyncConnection, *, replica: str, epoch: int, ttl: float) -> bool:
+    """Extend the lease if this replica still holds it with `epoch`. The update changes no
+    key column, so it takes a row lock that the fenced transactions' (FOR KEY SHARE) does not
+    conflict with: a leader's renewal never waits for its own passes and requests."""
+    renewed = await connection.scalar(
+        update(Leadership)
+        .where(Leadership.id == LEASE_ROW, Leadership.holder == replica, Leadership.epoch == epoch)
+        .values(renewed_at=func.clock_timestamp(), expires_at=_expires(ttl))
+        .returning(Leadership.epoch)
     )
-    new = statement.excluded
-    renewal = and_(Leadership.holder == new.holder, Leadership.epoch == held)
-    statement = statement.on_conflict_do_update(
-        index_elements=[Leadership.id],
-        set_={
-            "holder": new.holder,
-            "epoch": case((renewal, Leadership.epoch), else_=Leadership.epoch + 1),
-            "renewed_at": new.renewed_at,
-            "expires_at": new.expires_at,
-        },
-        where=or_(Leadership.holder == new.holder, Leadership.expires_at < func.clock_timestamp()),
+    return renewed is not None
+
+
+async def _take(connection: AsyncConnection, *, replica: str, ttl: float) -> int | None:
+    """Take the lease with the next epoch if it is free, expired or this replica's."""
+    takeable = or_(Leadership.holder == replica, Leadership.expires_at < func.clock_timestamp())
+    found = (
+        await connection.execute(select(takeable).where(Leadership.id == LEASE_ROW))
+    ).one_or_none()
+    if found is None:  # nobody has led on this database yet
+        first = await connection.scalar(
+            insert(Leadership)
+            .values(
+                id=LEASE_ROW,
+                holder=replica,
+                epoch=1,
+                renewed_at=func.clock_timestamp(),
+                expires_at=_expires(ttl),
+            )
+            .on_conflict_do_nothing(index_elements=[Leadership.id])
+            .returning(Leadership.epoch)
+        )
+        return first  # None: another replica inserted it first, and holds it
+    if not found[0]:  # read without a lock: the common answer of a follower
+        return None
+    # FOR UPDATE waits for every transaction fenced by the old epoch (FOR KEY SHARE) to end,
+    # and reads the row as the last of them left it: renewed meanwhile, it is not taken.
+    locked = await connection.scalar(
+        select(takeable).where(Leadership.id == LEASE_ROW).with_for_update()
     )
-    epoch: int | None = await connection.scalar(statement.returning(Leadership.epoch))
+    if not locked:
+        return None
+    epoch: int | None = await connection.scalar(
+        update(Leadership)
+        .where(Leadership.id == LEASE_ROW)
+        .values(
+            holder=replica,
+            epoch=Leadership.epoch + 1,
+            renewed_at=func.clock_timestamp(),
+            expires_at=_expires(ttl),
+        )
+        .returning(Leadership.epoch)
+    )
     return epoch
 
 
-async def hold(session: AsyncSession, *, replica: str, epoch: int) -> bool:
+async def hold(session: AsyncSession, *, replica: str, epoch: int, idle_limit: float) -> bool:
     """Whether `replica` still holds the lease with `epoch`, keeping it so until the
-    session's transaction ends: the row is read FOR SHARE, so a takeover's update waits for
-    this transaction, and one that committed before has changed the epoch.
+    session's transaction ends: the row is read FOR KEY SHARE, so a takeover (which locks it
+    FOR UPDATE) waits for this transaction, and one that committed before has changed the
+    epoch; the holder's renewals, which lock it less, go on meanwhile.
 
     Expiry is not checked: while this transaction holds the row nobody can take it, and with
-    the epoch unchanged nobody has led since."""
+    the epoch unchanged nobody has led since. A leader paused inside the transaction would
+    hold the row, and keep every takeover waiting, for as long as it is paused: the database
+    ends the transaction once it has been idle `idle_limit` seconds (its commit then fails)."""
+    await session.execute(
+        text(f"SET LOCAL idle_in_transaction_session_timeout = {max(1, round(idle_limit * 1000))}")
+    )
     found = await session.scalar(
         select(Leadership.epoch)
         .where(
@@ -73,7 +123,7 @@ async def hold(session: AsyncSession, *, replica: str, epoch: int) -> bool:
             Leadership.holder == replica,
             Leadership.epoch == epoch,
         )
-        .with_for_update(read=True)
+        .with_for_update(read=True, key_share=True)
     )
     return found is not None
 

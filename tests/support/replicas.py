@@ -68,6 +68,14 @@ class ReplicaSet(Cluster):
         assert len(leading) <= 1, [r.index for r in leading]
         return leading[0] if leading else None
 
+    def restore(self) -> None:
+        """Every replica running again, as a supervisor would have it."""
+        for replica in self.replicas:
+            if replica.process is not None and replica.process.poll() is None:
+                replica.signal(signal.SIGCONT)
+            else:
+                replica.start()
+
     def wait_leader(self, timeout: float = 30, other_than: Replica | None = None) -> Replica:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
