@@ -26,6 +26,10 @@ from agents.vocabulary import TaskNameText
 # 6: Heartbeat.running_unchanged; 7: TaskExit.agent_stopping; 8: Leaving; 9: TaskExit.interrupted;
 # 10: CollectStacks, Heartbeat.health
 PROTOCOL_VERSION = 10
+# Websocket keepalive of agents and runtimes: a ping this often, and a server that has not
+# answered one within the timeout is taken for gone (a paused leader keeps its sockets open).
+KEEPALIVE_PING_SECONDS = 5.0
+KEEPALIVE_TIMEOUT_SECONDS = 10.0
 MAX_LOG_LINE = 16_384  # characters; longer lines are cut, with a marker (cut_line)
 # The most a server may set its line limit to (Welcome.max_log_line_chars): 30 lines of the
 # exit's log tail, and a batch's one line over MAX_LOG_BATCH_CHARS, must fit an agent frame.

@@ -14,6 +14,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from agents.protocol import (
+    KEEPALIVE_PING_SECONDS,
+    KEEPALIVE_TIMEOUT_SECONDS,
     AgentMessage,
     CollectStacks,
     Heartbeat,
@@ -134,7 +136,8 @@ class Channel:
                     max_size=MAX_FRAME_BYTES,
                     compression=COMPRESSION,
                     open_timeout=10,
-                    ping_interval=20,
+                    ping_interval=KEEPALIVE_PING_SECONDS,
+                    ping_timeout=KEEPALIVE_TIMEOUT_SECONDS,
                 ) as websocket:
                     await self._session(websocket, backoff)
             except (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ChannelError) as exc:

@@ -42,6 +42,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agents.environment import TaskEnvironment, TaskEnvironmentError
 from agents.protocol import (
+    KEEPALIVE_PING_SECONDS,
+    KEEPALIVE_TIMEOUT_SECONDS,
     MAX_POINTS_PER_BATCH,
     Ack,
     CheckpointAck,
@@ -258,6 +260,8 @@ class MetricSender:
                 close_timeout=1.0,
                 proxy=None,
                 max_size=4 << 20,
+                ping_interval=KEEPALIVE_PING_SECONDS,
+                ping_timeout=KEEPALIVE_TIMEOUT_SECONDS,
             )
         except InvalidStatus as exc:
             if exc.response.status_code in (401, 403):

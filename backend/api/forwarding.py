@@ -31,6 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from agents.protocol import KEEPALIVE_PING_SECONDS, KEEPALIVE_TIMEOUT_SECONDS
 from backend.errors import Unavailable, error_response
 from backend.leadership.lease import Lease
 
@@ -60,6 +61,7 @@ LEADER_POLL_SECONDS = 0.05
 TRY_AGAIN_LATER = 1013
 SERVICE_RESTART = 1012
 MAX_FRAME_BYTES = 64 << 20  # the leader's own limits apply to what is forwarded
+WATCH_SECONDS = 0.5  # how often a forwarded websocket checks that its leader still leads
 
 
 @dataclass
@@ -231,6 +233,8 @@ class LeaderForwarding:
                 max_size=MAX_FRAME_BYTES,
                 compression=None,
                 open_timeout=5,
+                ping_interval=KEEPALIVE_PING_SECONDS,
+                ping_timeout=KEEPALIVE_TIMEOUT_SECONDS,
                 ssl=self.forwarding().tls if url.startswith("wss:") else None,
             )
         except (OSError, InvalidHandshake, TimeoutError) as exc:
@@ -242,13 +246,24 @@ class LeaderForwarding:
             await downstream.accept(subprotocol=upstream.subprotocol)
             up = asyncio.create_task(_down_to_up(downstream, upstream))
             down = asyncio.create_task(_up_to_down(upstream, downstream))
+            moved = asyncio.create_task(_leader_moved(lease, leader))
             try:
-                await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([up, down, moved], return_when=asyncio.FIRST_COMPLETED)
+                if moved.done():
+                    with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                        await downstream.close(SERVICE_RESTART, "the leader changed; reconnect")
             finally:
-                for task in (up, down):
+                for task in (up, down, moved):
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+
+
+async def _leader_moved(lease: Lease, leader: str) -> None:
+    """Returns once `leader` no longer leads: a paused leader keeps its sockets open, and
+    what is forwarded to it would wait for it to wake, or for keepalive to give up."""
+    while lease.leader_url == leader:  # noqa: ASYNC110 - changed on the keeper's thread
+        await asyncio.sleep(WATCH_SECONDS)
 
 
 async def _down_to_up(downstream: WebSocket, upstream: ClientConnection) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from agents.protocol import RunningTask, TaskKey
+from agents.protocol import KEEPALIVE_PING_SECONDS, KEEPALIVE_TIMEOUT_SECONDS, RunningTask, TaskKey
 from backend.scheduling.placement import HostCapacity
 from backend.scheduling.running import RunningReports
 
@@ -66,9 +66,10 @@ class ClusterView:
     preempting: dict[int, set[int]] = field(default_factory=dict)
 
     def term_began(self) -> None:
-        """This replica began to lead: a lost host's grace counts from now, when agents
-        begin to reach it, not from when its process started."""
-        self.started = time.monotonic()
+        """This replica took over: a lost host's grace counts from when agents can have
+        found it. An agent still connected to a paused leader notices only when its
+        keepalive gives up; one whose leader died, at once."""
+        self.started = time.monotonic() + KEEPALIVE_PING_SECONDS + KEEPALIVE_TIMEOUT_SECONDS
 
     def heard_from(self, host: str) -> None:
         self.last_heard[host] = time.monotonic()
