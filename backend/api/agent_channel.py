@@ -33,12 +33,15 @@ from backend.api.deps import (
     UsageDep,
     websocket_principal,
 )
+from backend.api.forwarding import SERVICE_RESTART
 from backend.api.frame_limits import POLICY_VIOLATION, FrameLimits, Inbound, close
 from backend.auth import TokenKind
 from backend.cluster.usage import UsageBoard
 from backend.config import Settings
 from backend.db import to_the_end
+from backend.errors import Unavailable
 from backend.hosts.names import NameClash
+from backend.leadership.lease import Lease
 from backend.scheduling.agent_reports import AgentReports
 from backend.scheduling.cluster import StartMode
 from backend.scheduling.hub import AgentConnection, NameTaken
@@ -159,7 +162,7 @@ async def agent_channel(
         await _serve(
             inbound,
             reports,
-            logs,
+            _LeaderLogs(logs, websocket.app.state.lease),
             usage,
             connection,
             settings.max_log_line_chars,
@@ -167,6 +170,8 @@ async def agent_channel(
         )
     except HelloTwice:
         await connection.close(POLICY_VIOLATION, "hello may only be sent once")
+    except (NoLongerLeads, Unavailable) as stopped:  # the agent reconnects, to the leader
+        await connection.close(SERVICE_RESTART, str(stopped)[:120])
     except WebSocketDisconnect:
         pass
     finally:
@@ -191,6 +196,27 @@ async def _refuse(inbound: Inbound, reason: str, *, cause: str) -> None:
     await close(inbound.websocket, POLICY_VIOLATION, reason, cause=cause)
 
 
+class NoLongerLeads(Exception):
+    """This replica stopped leading while an agent's frames were being applied."""
+
+
+class _LeaderLogs:
+    """The log store, written only while this replica leads: a leader that was paused wakes
+    with frames still unread in its sockets, and must not append them to the shared files
+    the new leader writes (its database writes are fenced; files are not)."""
+
+    def __init__(self, logs: LogStore, lease: Lease) -> None:
+        self.logs, self.lease = logs, lease
+
+    def append(self, job_id: int, task: str, attempt: int, first: int, lines: list[str]) -> None:
+        if not self.lease.is_leader:  # checked with no await before the write
+            raise NoLongerLeads(f"replica {self.lease.replica} no longer leads; reconnect")
+        self.logs.append(job_id, task, attempt, first, lines)
+
+    def received(self, job_id: int, task: str, attempt: int) -> int:
+        return self.logs.received(job_id, task, attempt)
+
+
 class _Listed:
     """What the agent's last hello or heartbeat on this connection listed as running (a
     heartbeat that says it is unchanged lists nothing), with its keys made once."""
@@ -206,7 +232,7 @@ class _Listed:
 async def _serve(
     inbound: Inbound,
     reports: AgentReports,
-    logs: LogStore,
+    logs: _LeaderLogs,
     usage: UsageBoard,
     connection: AgentConnection,
     max_line: int,
@@ -262,7 +288,7 @@ def _beat(reports: AgentReports, beat: Heartbeat, host: str, listed: _Listed) ->
 
 async def _dispatch(
     reports: AgentReports,
-    logs: LogStore,
+    logs: _LeaderLogs,
     usage: UsageBoard,
     connection: AgentConnection,
     message: object,
