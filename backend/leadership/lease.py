@@ -127,7 +127,11 @@ class LeaseKeeper:
         """Take or renew until cancelled, every `next_delay`."""
         while True:
             await self.tick()
-            await asyncio.sleep(self.next_delay())
+            delay = self.next_delay()
+            woke = self.clock() + delay
+            await asyncio.sleep(delay)
+            if (late := self.clock() - woke) > self.ttl / 3:
+                log.warning("the lease's keeper woke %.1f s late", late)
 
     async def tick(self) -> bool:
         """One attempt to take or renew the lease. Returns whether this replica leads."""
@@ -147,6 +151,9 @@ class LeaseKeeper:
             # The lease may still be ours: it lapses here by the clock unless renewed in time.
             log.warning("renewing the leader's lease failed: %r", exc)
             return self.is_leader
+        took = self.clock() - started
+        if took > self.ttl / 3:  # a lease this slow to renew is close to being lost
+            log.warning("taking or renewing the lease took %.1f s", took)
         if epoch is None:
             self._other = other
             if other is not None:  # its lease as this clock counts, from before the attempt

@@ -125,7 +125,9 @@ class Cluster:
     def wait_host(self, name: str, status: str, timeout: float = 30) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            hosts = {h["name"]: h for h in self.http.get("/hosts").json()}
+            answer = self.http.get("/hosts")
+            assert answer.status_code == 200, answer.text
+            hosts = {h["name"]: h for h in answer.json()}
             if name in hosts and hosts[name]["status"] == status:
                 found: dict[str, Any] = hosts[name]
                 return found

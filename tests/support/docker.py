@@ -1,8 +1,9 @@
 """A Docker engine, offline base images and a compose project, for tests/e2e/test_compose.py.
 
 Nothing here pulls from an image registry: the base images the Dockerfile and the compose file
-name are made locally from a Debian bookworm rootfs (mmdebstrap from the Debian mirror) when
-the engine does not have them, and Python packages come from a wheelhouse (`pip download`).
+name (Python, PostgreSQL, HAProxy) are made locally from a Debian bookworm rootfs (mmdebstrap
+from the Debian mirror) when the engine does not have them, and Python packages come from a
+wheelhouse (`pip download`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ DEBIAN_MIRROR = os.environ.get("STRATA_TEST_DEBIAN_MIRROR", "http://deb.debian.o
 CACHE_DIR = Path(
     os.environ.get("STRATA_TEST_CACHE_DIR", Path.home() / ".cache" / "strata" / "e2e-compose")
 )
-# One rootfs stands in for both base images: bookworm's python3 is 3.11, its PostgreSQL is 15.
-ROOTFS_PACKAGES = ("python3", "python3-venv", "postgresql-15")
+# One rootfs stands in for the three base images: bookworm's python3 is 3.11, its PostgreSQL
+# is 15, its HAProxy 2.6.
+ROOTFS_PACKAGES = ("python3", "python3-venv", "postgresql-15", "haproxy")
 STANDIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Tools the test installs with apt-get when they are missing: tool -> Debian package.
 SYSTEM_TOOLS = {
@@ -298,11 +300,11 @@ def default_image(text: str, pattern: str) -> str:
 
 
 def stand_in_rootfs(log: Path) -> Path:
-    """A Debian bookworm rootfs tarball for both stand-ins, cached by its recipe.
+    """A Debian bookworm rootfs tarball for the stand-ins, cached by its recipe.
 
-    python3.11 with venv support, and PostgreSQL 15 with the official image's entrypoint
+    python3.11 with venv support, PostgreSQL 15 with the official image's entrypoint
     interface (POSTGRES_USER, POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE, POSTGRES_DB,
-    PGDATA=/var/lib/postgresql/data).
+    PGDATA=/var/lib/postgresql/data), and Debian's HAProxy 2.6 (its `haproxy` user).
     """
     recipe = hashlib.sha256(POSTGRES_ENTRYPOINT.encode())
     entrypoint = CACHE_DIR / f"entrypoint-{recipe.hexdigest()[:16]}" / "docker-entrypoint.sh"
@@ -349,22 +351,26 @@ class BaseImages:
 
     python: str
     postgres: str
+    haproxy: str
     created: list[str] = field(default_factory=list)
 
     @classmethod
     def named(cls) -> BaseImages:
-        """The defaults a user gets: the Dockerfile's PYTHON_IMAGE and the compose file's db."""
+        """The defaults a user gets: the Dockerfile's PYTHON_IMAGE, the compose file's db and
+        its load balancer (`server`)."""
+        compose = (REPO / "docker-compose.yml").read_text()
         return cls(
             python=default_image((REPO / "Dockerfile").read_text(), r"ARG PYTHON_IMAGE=(\S+)"),
-            postgres=default_image(
-                (REPO / "docker-compose.yml").read_text(),
-                r"\$\{STRATA_POSTGRES_IMAGE:-([^}]+)\}",
-            ),
+            postgres=default_image(compose, r"\$\{STRATA_POSTGRES_IMAGE:-([^}]+)\}"),
+            haproxy=default_image(compose, r"\$\{STRATA_HAPROXY_IMAGE:-([^}]+)\}"),
         )
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.python, self.postgres, self.haproxy)
 
 
 def ensure_base_images(engine: Engine, rootfs: Path | None) -> BaseImages:
-    """Both stand-ins are `docker import`s of the one rootfs (its layer is stored once)."""
+    """The stand-ins are `docker import`s of the one rootfs (its layer is stored once)."""
     images = BaseImages.named()
     stand_ins = {
         images.python: [f"ENV PATH={STANDIN_PATH}", "ENV LANG=C.UTF-8", 'CMD ["python3"]'],
@@ -376,6 +382,15 @@ def ensure_base_images(engine: Engine, rootfs: Path | None) -> BaseImages:
             "EXPOSE 5432",
             'ENTRYPOINT ["docker-entrypoint.sh"]',
             'CMD ["postgres"]',
+        ],
+        # The official haproxy image's interface: its config file, its user, and `haproxy -W
+        # -db` (master-worker, in the foreground) with that file when no command is given.
+        images.haproxy: [
+            f"ENV PATH={STANDIN_PATH}",
+            "ENV LANG=C.UTF-8",
+            "USER haproxy",
+            'ENTRYPOINT ["haproxy", "-W", "-db"]',
+            'CMD ["-f", "/usr/local/etc/haproxy/haproxy.cfg"]',
         ],
     }
     for name, changes in stand_ins.items():
@@ -481,7 +496,7 @@ class ComposeProject:
 
 @dataclass
 class ComposeCluster:
-    """The compose cluster, up, reached through the server's published port."""
+    """The compose cluster, up, reached through the load balancer's published port."""
 
     project: ComposeProject
     checkout: Path
@@ -613,7 +628,7 @@ def compose_cluster(workdir: Path, agents: Sequence[str]) -> Iterator[ComposeClu
                 )
             )
             named = BaseImages.named()
-            need_rootfs = not all(map(engine.has_image, (named.python, named.postgres)))
+            need_rootfs = not all(map(engine.has_image, named.all()))
             rootfs = (
                 _timed_call(timings, "rootfs (mmdebstrap)", stand_in_rootfs, log)
                 if need_rootfs
@@ -643,7 +658,7 @@ def compose_cluster(workdir: Path, agents: Sequence[str]) -> Iterator[ComposeClu
                     "UI_PREBUILT=1",
                     "--build-arg",
                     f"NODE_IMAGE={bases.python}",
-                    "server",
+                    "server-1",  # the image server-2 and the agents run too
                     timeout=1200,
                 )
         finally:  # the stages' images too, not only the tagged one
@@ -678,7 +693,7 @@ def compose_cluster(workdir: Path, agents: Sequence[str]) -> Iterator[ComposeClu
                     )
                 )
                 stored = {
-                    file: project.exec("server", "cat", f"/var/lib/strata/secrets/{file}").strip()
+                    file: project.exec("server-1", "cat", f"/var/lib/strata/secrets/{file}").strip()
                     for file in ("api-token", "agent-token", "database-password")
                 }
                 assert stored["api-token"] == api_token, "the login shown is not the stored token"

@@ -120,7 +120,10 @@ def replica_set(
                     "STRATA_SHARED_DIR": str(shared),
                     "STRATA_DATABASE_URL": database_url,
                     "STRATA_PORT": str(port),
-                    "STRATA_HEARTBEAT_TIMEOUT_SECONDS": "4",
+                    # Twice the defaults: three servers, two agents and two training jobs on
+                    # a CI machine's cores must not lose a lease or a host to a slow moment.
+                    "STRATA_LEADER_LEASE_SECONDS": "8",
+                    "STRATA_HEARTBEAT_TIMEOUT_SECONDS": "12",
                     "STRATA_STOP_GRACE_SECONDS": "5",
                     **(env or {}),
                 },
