@@ -23,6 +23,7 @@ from bench.report_control import (
     scale_section,
 )
 from bench.report_launch import dominates_lines, launch_notes, launch_rows, launch_section
+from bench.report_replicas import replicas_rows, replicas_section
 from bench.report_warm import warm_throughput_rows, warm_throughput_section
 from bench.text import spread_text as _spread
 
@@ -46,6 +47,7 @@ from `bench/results/*.json` (raw numbers) every time a benchmark runs. Reproduce
 .venv/bin/python -m bench.client_mode [--rounds N] [--quick]      # client vs chief, ~4 min
 .venv/bin/python -m bench.recovery [--quick]                      # ~15 min; --quick ~5 min
 .venv/bin/python -m bench.scale [--quick]                         # 100 and 1,000 agents
+.venv/bin/python -m bench.replicas [--quick]                      # takeover; ~5 min
 .venv/bin/python -m bench.plots                                   # the PNGs (matplotlib)
 .venv/bin/python -m bench.report                                  # re-render this page only
 ```
@@ -613,6 +615,7 @@ def render(
     warm: dict[str, Any] | None = None,
     ab: dict[str, dict[str, Any]] | None = None,
     client: dict[str, Any] | None = None,
+    replicas: dict[str, Any] | None = None,
 ) -> str:
     ab = ab or {}
     hand_steps = "launch_ab" not in ab  # the A/B's main run, where there is one, says it
@@ -632,6 +635,8 @@ def render(
         rows += recovery_rows(recovery)
     if scale:
         rows += scale_rows(scale)
+    if replicas:
+        rows += replicas_rows(replicas)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
     lines += ["", *what_dominates(pipeline, training, recovery, scale, launch, hand_steps)]
     if pipeline:
@@ -655,6 +660,8 @@ def render(
         lines += recovery_section(recovery) + plot_lines("recovery", "Recovery times")
     if scale:
         lines += scale_section(scale) + plot_lines("scale", "Scale")
+    if replicas:
+        lines += replicas_section(replicas)
     lines += design_notes()
     return "\n".join(lines).rstrip() + "\n"
 
@@ -686,6 +693,7 @@ def write() -> Path:
             warm=_load("warm_throughput"),
             ab={name: found for name, _ in EXPERIMENTS if (found := _load(name)) is not None},
             client=_load("client_mode"),
+            replicas=_load("replicas"),
         )
     )
     return DOC
