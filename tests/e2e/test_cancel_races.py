@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.cluster import Cluster, job_processes, local_cluster
 from tests.support.postgres import create_database
+from tests.support.replicas import replica_set
 
 pytestmark = pytest.mark.e2e
 
@@ -28,10 +29,12 @@ CANCEL_WITHIN = 0.5  # seconds after the job's submission (or its restart reques
 SETTLE_SECONDS = 30.0  # for every process of the cancelled jobs to be gone
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module", params=["sqlite", "postgresql", "replicas"])
 def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
+    """One server on SQLite or PostgreSQL; or two replicas on PostgreSQL, the requests sent to
+    the follower and the placement done by the leader (agents behind HAProxy)."""
     data_dir = tmp_path_factory.mktemp(f"races-{request.param}") / "data"
     if request.param == "sqlite":
         with local_cluster(data_dir) as running:
@@ -39,8 +42,18 @@ def cluster(
         return
     admin_url: str = request.getfixturevalue("postgres_admin_url")
     url = asyncio.run(create_database(admin_url, "strata_races"))
-    with local_cluster(data_dir, database_url=url) as running:
-        yield running
+    if request.param == "postgresql":
+        with local_cluster(data_dir, database_url=url) as running:
+            yield running
+        return
+    with replica_set(data_dir, url, replicas=2, agents=2) as replicas:
+        leader = replicas.wait_leader()
+        (follower,) = [r for r in replicas.replicas if r is not leader]
+        through = replicas.through(follower)
+        try:
+            yield through
+        finally:
+            through.http.close()
 
 
 def sleeper(name: str) -> dict[str, Any]:
@@ -95,7 +108,9 @@ def assert_cancels_held(cluster: Cluster, answers: list[tuple[int, httpx.Respons
     alive: dict[int, list[int]] = {}
     while time.monotonic() < deadline:
         alive = {
-            job_id: pids for job_id in cancelled if (pids := job_processes(job_id, cluster.url))
+            job_id: pids
+            for job_id in cancelled
+            if (pids := job_processes(job_id, cluster.tasks_reach))
         }
         if not alive:
             break
@@ -150,9 +165,9 @@ def test_the_process_check_is_not_vacuous(cluster: Cluster) -> None:
     """The same check finds the process of a job that was not cancelled."""
     job = cluster.submit(sleeper("not-cancelled"))
     cluster.wait_status(job["id"], "running", timeout=60)
-    assert job_processes(job["id"], cluster.url)
+    assert job_processes(job["id"], cluster.tasks_reach)
     assert cluster.http.post(f"/jobs/{job['id']}/cancel").status_code == 200
     deadline = time.monotonic() + SETTLE_SECONDS
-    while job_processes(job["id"], cluster.url) and time.monotonic() < deadline:
+    while job_processes(job["id"], cluster.tasks_reach) and time.monotonic() < deadline:
         time.sleep(0.3)
-    assert not job_processes(job["id"], cluster.url)
+    assert not job_processes(job["id"], cluster.tasks_reach)

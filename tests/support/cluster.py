@@ -30,6 +30,13 @@ class Cluster:
     http: httpx.Client
     process: subprocess.Popen[bytes]
     extra_agents: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # The server URL its agents were given (tasks carry it as STRATA_SERVER): `url` unless
+    # requests go to one server replica and agents through a load balancer.
+    task_server: str = ""
+
+    @property
+    def tasks_reach(self) -> str:
+        return self.task_server or self.url
 
     def stop_extra_agents(self) -> None:
         for extra in self.extra_agents:

@@ -68,6 +68,24 @@ class ReplicaSet(Cluster):
         assert len(leading) <= 1, [r.index for r in leading]
         return leading[0] if leading else None
 
+    def through(self, replica: Replica) -> Cluster:
+        """This cluster with its requests sent straight to `replica`, not the load balancer
+        (its agents stay behind the load balancer)."""
+        http = httpx.Client(
+            base_url=replica.url,
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=30,
+        )
+        return Cluster(
+            url=replica.url,
+            admin_token=self.admin_token,
+            agent_token=self.agent_token,
+            data_dir=self.data_dir,
+            http=http,
+            process=self.process,
+            task_server=self.url,
+        )
+
     def restore(self) -> None:
         """Every replica running again, as a supervisor would have it."""
         for replica in self.replicas:
