@@ -297,7 +297,8 @@ def test_a_rolling_restart_refuses_no_request_and_restarts_no_task(cluster: Repl
         for replica in cluster.replicas:
             assert replica.process is not None
             replica.signal(signal.SIGTERM)  # a graceful stop: a leader gives its lease up
-            assert replica.process.wait(timeout=60) == 0
+            # uvicorn stops gracefully, then raises the signal it caught again.
+            assert replica.process.wait(timeout=60) in (0, -signal.SIGTERM)
             replica.start()
             cluster.wait_leader()
             time.sleep(2)
