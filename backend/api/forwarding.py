@@ -33,6 +33,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from agents.protocol import KEEPALIVE_PING_SECONDS, KEEPALIVE_TIMEOUT_SECONDS
 from backend.errors import Unavailable, error_response
+from backend.headers import HOP_BY_HOP
 from backend.leadership.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -40,21 +41,8 @@ log = logging.getLogger(__name__)
 FORWARDED_BY = "x-strata-forwarded-by"
 # Answered by every replica itself: nothing in them is the leader's to say.
 LOCAL_PREFIXES = ("/healthz", "/metrics", "/replicas", "/ui", "/docs", "/redoc", "/openapi.json")
-# Headers of one connection (RFC 9110 §7.6.1), never passed on; Host is the leader's.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
+# Not passed on to the leader: its Host is its own, and the body is sent whole.
+NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 LEADER_POLL_SECONDS = 0.05
 # A websocket's close codes: 1013 "try again later" while nobody leads; 1012 "service
 # restart" when the leader went away under a forwarded channel.
@@ -202,7 +190,7 @@ class LeaderForwarding:
                     "headers": [
                         (name, value)
                         for name, value in response.headers.raw
-                        if name.decode("latin-1").lower() not in HOP_BY_HOP - {"content-length"}
+                        if name.decode("latin-1").lower() not in HOP_BY_HOP
                     ],
                 }
             )
@@ -321,7 +309,7 @@ def _passed_on(scope: Scope, replica: str) -> list[tuple[str, str]]:
     headers = [
         (name.decode("latin-1").lower(), value.decode("latin-1"))
         for name, value in scope["headers"]
-        if name.decode("latin-1").lower() not in HOP_BY_HOP
+        if name.decode("latin-1").lower() not in NOT_FORWARDED
     ]
     client = scope.get("client")
     if client:

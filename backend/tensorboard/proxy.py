@@ -12,21 +12,9 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from backend.headers import HOP_BY_HOP
 from backend.tensorboard.processes import Board, BoardFailed
 
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 NOT_FORWARDED = HOP_BY_HOP | {"host", "authorization", "cookie", "content-length"}
 TOKEN_PARAMETER = "token"  # noqa: S105  (the name of a query parameter)
 
