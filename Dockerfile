@@ -61,15 +61,16 @@ RUN set -eu; \
 
 # ---- the image ----
 FROM ${PYTHON_IMAGE}
-# A non-root user; /var/lib/strata holds the server's data, the shared checkpoint volume and
-# the secrets (a named volume takes a folder's owner and mode when it is first mounted there).
+# A non-root user; /var/lib/strata holds the server's data, the folder server replicas share
+# (STRATA_SHARED_DIR), the shared checkpoint volume and the secrets (a named volume takes a
+# folder's owner and mode when it is first mounted there).
 # The server's secrets folder stays traversable: PostgreSQL reads the database password from
 # it as its own user. The agents' one is theirs alone.
 RUN groupadd --gid 10001 strata \
     && useradd --uid 10001 --gid strata --no-create-home --home-dir /var/lib/strata \
         --shell /usr/sbin/nologin strata \
-    && mkdir -p /var/lib/strata/data /var/lib/strata/checkpoints /var/lib/strata/secrets \
-        /var/lib/strata/agent-secrets /var/lib/strata/agent /app \
+    && mkdir -p /var/lib/strata/data /var/lib/strata/shared /var/lib/strata/checkpoints \
+        /var/lib/strata/secrets /var/lib/strata/agent-secrets /var/lib/strata/agent /app \
     && chmod 755 /var/lib/strata/secrets \
     && chmod 700 /var/lib/strata/agent-secrets /var/lib/strata/agent \
     && chown -R strata:strata /var/lib/strata
