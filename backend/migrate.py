@@ -6,6 +6,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,6 +33,16 @@ def _upgrade(connection: Connection, revision: str) -> None:
     command.upgrade(config, revision)
 
 
+# Held for the migration's transaction on PostgreSQL: server replicas starting together
+# migrate one after another (the second finds the schema current), rather than both creating
+# the same tables at once and one failing.
+MIGRATION_LOCK = 0x5374726174614D67  # an advisory lock's key: "StrataMg"
+
+
 async def upgrade_database(engine: AsyncEngine, revision: str = "head") -> None:
     async with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
+            )
         await connection.run_sync(_upgrade, revision)
