@@ -8,8 +8,9 @@ Failover: three `strata server` replicas on a throwaway PostgreSQL cluster behin
 and heartbeat timeout. Each run SIGKILLs the leader and at once submits a one-task job through
 the load balancer (a follower holds the request until a replica leads), then times: kill → a
 replica says it leads (its /healthz, polled every 20 ms), kill → the submission acknowledged,
-and kill → the job running (polled every 20 ms). The killed replica is started again, as a
-follower, before the next run.
+kill → the job placed by the new leader (`scheduled`), and kill → the job running (its agent,
+cut off from the dead leader, reconnected and started it), polled every 20 ms. The killed
+replica is started again, as a follower, before the next run.
 
 Requests: the same 1,000 simulated agents (bench.scale's, real websockets) and the same jobs
 against one replica, and against two behind HAProxy (agents and requests through it, so half
@@ -88,6 +89,7 @@ def failover_run(cluster: ReplicaSet) -> dict[str, float]:
     acknowledged = time.monotonic()
     answer.raise_for_status()
     job_id = answer.json()["id"]
+    placed = _until("the job placed", lambda: cluster.job(job_id)["status"] != "pending")
     running = _until("the job running", lambda: cluster.job(job_id)["status"] == "running")
     watcher.join()
     cluster.http.post(f"/jobs/{job_id}/cancel")
@@ -97,6 +99,7 @@ def failover_run(cluster: ReplicaSet) -> dict[str, float]:
     return {
         "led_seconds": led[0] - killed,
         "acknowledged_seconds": acknowledged - killed,
+        "placed_seconds": placed - killed,
         "running_seconds": running - killed,
     }
 

@@ -44,6 +44,7 @@ LOCAL_PREFIXES = ("/healthz", "/metrics", "/replicas", "/ui", "/docs", "/redoc",
 # Not passed on to the leader: its Host is its own, and the body is sent whole.
 NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 LEADER_POLL_SECONDS = 0.05
+HERE = "here"  # where to forward once this replica took over: it answers itself
 # A websocket's close codes: 1013 "try again later" while nobody leads; 1012 "service
 # restart" when the leader went away under a forwarded channel.
 TRY_AGAIN_LATER = 1013
@@ -145,6 +146,20 @@ class LeaderForwarding:
             await asyncio.sleep(LEADER_POLL_SECONDS)
         return url
 
+    async def _after_failure(
+        self, lease: Lease, leader: str, failure: Exception, deadline: float
+    ) -> str | None:
+        """After `leader` could not be reached: the next leader's URL, HERE if this replica
+        took over meanwhile, None once none is reachable by `deadline`."""
+        log.warning("forwarding to the leader at %s failed: %r", leader, failure)
+        await asyncio.sleep(LEADER_POLL_SECONDS * 4)
+        next_leader = await self._leader(lease)
+        if lease.is_leader:
+            return HERE
+        if next_leader is None or time.monotonic() >= deadline:
+            return None
+        return next_leader
+
     # --- HTTP -------------------------------------------------------------------------
 
     async def _http(
@@ -171,15 +186,12 @@ class LeaderForwarding:
                 break
             except httpx.ConnectError as exc:
                 # Nothing was sent: the leader is gone or not yet reachable. Another may lead.
-                log.warning("forwarding to the leader at %s failed: %r", leader, exc)
-                await asyncio.sleep(LEADER_POLL_SECONDS * 4)
-                next_leader = await self._leader(lease)
-                if lease.is_leader:  # this replica took over: it answers itself
+                next_leader = await self._after_failure(lease, leader, exc, deadline)
+                if next_leader == HERE:
                     await self.app(scope, _replay(bytes(body)), send)
                     return
-                if next_leader is None or time.monotonic() >= deadline:
-                    reason = f"the leader at {leader} is not reachable and no other replica "
-                    await _unavailable(scope, receive, send, reason + "leads yet; retry")
+                if next_leader is None:
+                    await _unavailable(scope, receive, send, _unreachable(leader))
                     return
                 leader = next_leader
         try:
@@ -206,30 +218,40 @@ class LeaderForwarding:
         self, scope: Scope, receive: Receive, send: Send, leader: str, lease: Lease
     ) -> None:
         downstream = WebSocket(scope, receive, send)
-        url = "ws" + _target(leader, scope).removeprefix("http")
         headers = [
             (name, value)
             for name, value in _passed_on(scope, lease.replica)
             if not name.startswith("sec-websocket-")
         ]
         subprotocols = scope.get("subprotocols") or None
-        try:
-            upstream = await connect(
-                url,
-                additional_headers=headers,
-                subprotocols=subprotocols,
-                max_size=MAX_FRAME_BYTES,
-                compression=None,
-                open_timeout=5,
-                ping_interval=KEEPALIVE_PING_SECONDS,
-                ping_timeout=KEEPALIVE_TIMEOUT_SECONDS,
-                ssl=self.forwarding().tls if url.startswith("wss:") else None,
-            )
-        except (OSError, InvalidHandshake, TimeoutError) as exc:
-            log.warning("forwarding a websocket to the leader at %s failed: %r", leader, exc)
-            await downstream.accept()
-            await downstream.close(TRY_AGAIN_LATER, "the leader could not be reached; retry")
-            return
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            url = "ws" + _target(leader, scope).removeprefix("http")
+            try:
+                upstream = await connect(
+                    url,
+                    additional_headers=headers,
+                    subprotocols=subprotocols,
+                    max_size=MAX_FRAME_BYTES,
+                    compression=None,
+                    open_timeout=5,
+                    ping_interval=KEEPALIVE_PING_SECONDS,
+                    ping_timeout=KEEPALIVE_TIMEOUT_SECONDS,
+                    ssl=self.forwarding().tls if url.startswith("wss:") else None,
+                )
+                break
+            except (OSError, InvalidHandshake, TimeoutError) as exc:
+                # The client's handshake is not answered yet: it waits for the next leader
+                # rather than reconnect (and back off) while the dead one's lease runs out.
+                next_leader = await self._after_failure(lease, leader, exc, deadline)
+                if next_leader == HERE:
+                    await self.app(scope, receive, send)
+                    return
+                if next_leader is None:
+                    await downstream.accept()
+                    await downstream.close(TRY_AGAIN_LATER, _unreachable(leader)[:120])
+                    return
+                leader = next_leader
         async with upstream:
             await downstream.accept(subprotocol=upstream.subprotocol)
             up = asyncio.create_task(_down_to_up(downstream, upstream))
@@ -278,6 +300,10 @@ async def _up_to_down(upstream: ClientConnection, downstream: WebSocket) -> None
         code, reason = SERVICE_RESTART, "the leader went away; reconnect"
     with contextlib.suppress(WebSocketDisconnect, RuntimeError):
         await downstream.close(code, reason)
+
+
+def _unreachable(leader: str) -> str:
+    return f"the leader at {leader} is not reachable and no other replica leads yet; retry"
 
 
 def _replay(body: bytes) -> Receive:
