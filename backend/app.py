@@ -29,6 +29,7 @@ from backend.api import (
     quotas,
     replicas,
     streams,
+    sweeps,
     task_channel,
     tasks,
     teams,
@@ -57,6 +58,7 @@ from backend.scheduling.hub import AgentHub
 from backend.scheduling.intake import JobIntake
 from backend.scheduling.native import NativeAgents
 from backend.scheduling.runtime_links import RuntimeLinks
+from backend.scheduling.sweep_runner import SweepRunner
 from backend.shutdown import close_within, stop_services
 from backend.slurm.executor import SlurmExecutor
 from backend.slurm.reconcile import SlurmSync
@@ -192,12 +194,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             start_seconds=settings.tensorboard_start_seconds,
             log_dir=settings.shared / "tensorboard",
         )
+        # Sweeps' trials, asked of Optuna and run as jobs (backend.scheduling.sweep_runner).
+        app.state.sweeps = SweepRunner(
+            sessions=app.state.sessions,
+            apply=app.state.controller.apply,
+            database_url=settings.resolved_database_url,
+            leading=lambda: lease.is_leader,
+            poll_seconds=settings.sweep_poll_seconds,
+        )
         log.info("database ready (%s)", engine.dialect.name)
         background = [
             asyncio.create_task(app.state.controller.run(), name="controller"),
             asyncio.create_task(app.state.ingestor.run(), name="ingestor"),
             asyncio.create_task(app.state.tensorboards.run(), name="tensorboards"),
             asyncio.create_task(board.run(app.state.sessions, app.state.usage), name="board"),
+            asyncio.create_task(app.state.sweeps.run(), name="sweeps"),
         ]
         # Only the leader passes (the controller and Slurm loops ask the lease before each
         # pass); followers forward what reaches them (backend.api.forwarding).
@@ -285,6 +296,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         audit.router,
         quotas.router,
         replicas.router,
+        sweeps.router,
     ):
         app.include_router(router)
     streams.document_frames(app)  # websocket frames are no route: put them in the schema

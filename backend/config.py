@@ -129,6 +129,13 @@ class Settings(HealthSettings, LeadershipSettings):
     heartbeat_timeout_seconds: float = Field(default=6.0, gt=0)
     stop_grace_seconds: float = Field(default=10.0, ge=0, description="SIGTERM → SIGKILL.")
     reconcile_seconds: float = Field(default=0.5, gt=0, description="Controller loop period.")
+    sweep_poll_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often running sweeps are looked at: new intermediate values reported "
+        "to the pruner, ended trials replaced.",
+    )
     shutdown_seconds: float = Field(
         default=10.0,
         gt=0,

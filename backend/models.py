@@ -9,6 +9,7 @@ from backend.jobs.models import Checkpoint, Job, JobClient, JobEvent, Task
 from backend.leadership.models import Leadership, ServerReplica
 from backend.slurm.models import SlurmJob
 from backend.streams.models import MetricPoint
+from backend.sweeps.models import Sweep, SweepTrial
 from backend.teams.models import Project, ProjectMember, User
 from backend.tokens.models import ApiToken
 
@@ -28,6 +29,8 @@ __all__ = [
     "ProjectMember",
     "ServerReplica",
     "SlurmJob",
+    "Sweep",
+    "SweepTrial",
     "Task",
     "User",
 ]

@@ -39,6 +39,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--steps-per-epoch", type=int, default=20)
     parser.add_argument("--batch", type=int, default=int(os.environ.get("DIGITS_BATCH", "64")))
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam's learning rate")
+    parser.add_argument("--units", type=int, default=64, help="width of the hidden layer")
     parser.add_argument(
         "--steps-per-execution",
         type=int,
@@ -104,16 +106,18 @@ def make_dataset_creator(
     return keras.utils.experimental.DatasetCreator(dataset_fn)
 
 
-def build_model(steps_per_execution: int = 1) -> keras.Model:
+def build_model(
+    steps_per_execution: int = 1, *, learning_rate: float = 0.01, units: int = 64
+) -> keras.Model:
     model = keras.Sequential(
         [
             keras.layers.Input(shape=(64,)),
-            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(units, activation="relu"),
             keras.layers.Dense(10),
         ]
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate=0.01),
+        optimizer=keras.optimizers.Adam(learning_rate=learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         steps_per_execution=steps_per_execution,
@@ -173,7 +177,7 @@ def main() -> int:
         # Outside the training cluster: evaluate each checkpoint the chief writes, forever.
         print("strata-example: sidecar evaluator", flush=True)
         eval_data = tf.data.Dataset.from_tensor_slices((eval_features, eval_labels))
-        runtime.sidecar_evaluator(build_model(), eval_data.batch(args.batch))
+        runtime.sidecar_evaluator(build_model(units=args.units), eval_data.batch(args.batch))
         return 0
 
     strategy = runtime.strategy()
@@ -183,7 +187,9 @@ def main() -> int:
         flush=True,
     )
     with strategy.scope():
-        model = build_model(args.steps_per_execution)
+        model = build_model(
+            args.steps_per_execution, learning_rate=args.learning_rate, units=args.units
+        )
 
     callbacks: list[keras.callbacks.Callback] = [FirstStepLine(), EpochLines()]
     if args.fail_at_epoch is not None:

@@ -31,3 +31,5 @@ class AuditAction(StrEnum):
     host_cordon = "host.cordon"
     host_uncordon = "host.uncordon"
     host_notice = "host.notice"
+    sweep_create = "sweep.create"
+    sweep_stop = "sweep.stop"

@@ -1,0 +1,443 @@
+"""The sweep runner: a loop service of the leader that keeps each running sweep's trials going.
+
+One iteration (`run_once`), for every sweep not yet ended, in this order:
+
+1. follow each running trial: the objective's new intermediate values (from the job's stored
+   metric points) are reported to the pruner, and a trial it prunes has its job cancelled at
+   once with the reason; a trial whose job ended gets its result;
+2. tell Optuna how ended trials ended (also those that ended before a restart);
+3. end the sweep if more trials failed than its budget allows, or its wall time ran out;
+4. a stopping sweep cancels its running trials, then is stopped;
+5. start trials up to `budget.parallel`, until `budget.trials` were asked for: first a trial
+   Optuna was asked for but whose job was never written (the server died in between), then
+   new ones;
+6. a sweep whose budget is spent and whose trials all ended has succeeded.
+
+Optuna's storage is synchronous: its calls run on a worker thread. Every write of the
+runner's goes through the controller (`apply`), under its lock and fenced by the lease. The
+Optuna trial is asked for before its job is written, so that a crash between the two leaves an
+Optuna trial with no job, which step 5 starts after the restart: none is lost or run twice,
+and the budget counts Optuna's trials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from optuna.trial import TrialState
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import selectinload
+
+from agents.vocabulary import Role, TaskName
+from backend.db import utcnow
+from backend.errors import InvalidInput
+from backend.jobs.models import Job
+from backend.jobs.spec import MAX_TAGS
+from backend.jobs.states import JobStatus
+from backend.scheduling import new_jobs
+from backend.scheduling.task_events import end_job
+from backend.scheduling.transaction import Transaction
+from backend.streams.models import MetricPoint
+from backend.sweeps.models import Sweep, SweepTrial
+from backend.sweeps.service import best_trial
+from backend.sweeps.spec import SweepSpec
+from backend.sweeps.states import SweepStatus, TrialStatus
+from backend.sweeps.study import SweepStudy, open_storage
+from backend.teams.models import Project
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+Apply = Callable[..., Awaitable[Any]]  # Controller.apply
+UNFINISHED = (SweepStatus.running, SweepStatus.stopping)
+# How a trial's end is told to Optuna.
+OPTUNA_STATE = {
+    TrialStatus.succeeded: TrialState.COMPLETE,
+    TrialStatus.pruned: TrialState.PRUNED,
+    TrialStatus.failed: TrialState.FAIL,
+    TrialStatus.stopped: TrialState.FAIL,
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One value of the objective as a task reported it."""
+
+    resource: int | None  # the epoch (or step) it belongs to; None: not an epoch end's
+    value: float
+    order: tuple[int, int, int]  # (attempt, step, seq): the last is the newest
+
+
+class SweepRunner:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        apply: Apply,
+        database_url: str,
+        leading: Callable[[], bool],
+        poll_seconds: float,
+    ) -> None:
+        self.sessions = sessions
+        self.apply = apply
+        self.database_url = database_url
+        self.leading = leading
+        self.poll_seconds = poll_seconds
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._studies: dict[int, SweepStudy] = {}
+        self._storage: Any = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_seconds):
+                    await self._wake.wait()
+            self._wake.clear()
+            if not self.leading():
+                continue
+            try:
+                await self.run_once()
+                failures = 0
+            except Exception:
+                failures += 1
+                log.exception("a sweep iteration failed (%d in a row)", failures)
+                await asyncio.sleep(min(30.0, self.poll_seconds * 2**failures))
+
+    async def run_once(self) -> None:
+        async with self._lock:  # one iteration at a time (the loop's, a test's)
+            for sweep in await self._unfinished():
+                await self._advance(sweep)
+
+    # --- one sweep --------------------------------------------------------------------
+
+    async def _advance(self, sweep: Sweep) -> None:
+        spec = sweep.sweep_spec
+        study = await self._study(sweep, spec)
+        jobs = await self._jobs([t.job_id for t in sweep.trials if not t.status.is_terminal])
+        for trial in sweep.trials:
+            if trial.status is TrialStatus.running:
+                await self._follow(sweep, spec, study, trial, jobs[trial.job_id])
+        sweep = await self._reload(sweep.id)
+        await self._tell_ended(study, sweep.trials)
+        running = [t for t in sweep.trials if t.status is TrialStatus.running]
+        ending = self._why_it_ends(sweep, spec) if sweep.status is SweepStatus.running else None
+        if sweep.status is SweepStatus.stopping:
+            ending = SweepStatus.stopped, sweep.reason or "stopped by request"
+        if ending is not None:
+            for trial in running:
+                await self._end_trial(trial, TrialStatus.stopped, "the sweep stopped", cancel=True)
+            await self._tell_ended(study, (await self._reload(sweep.id)).trials)
+            await self._set_status(sweep, *ending)
+            return
+        await self._start_trials(sweep, spec, study, len(running))
+        sweep = await self._reload(sweep.id)
+        counted = await asyncio.to_thread(study.counted)
+        if counted >= spec.budget.trials and all(t.status.is_terminal for t in sweep.trials):
+            await self._finish(sweep, spec)
+
+    def _why_it_ends(self, sweep: Sweep, spec: SweepSpec) -> tuple[SweepStatus, str] | None:
+        failed = [t for t in sweep.trials if t.status is TrialStatus.failed]
+        limit = spec.budget.max_failed
+        if limit is not None and len(failed) > limit:
+            last = max(failed, key=lambda t: t.number)
+            return SweepStatus.failed, (
+                f"too many trials failed: {len(failed)}, over budget.max_failed {limit}; "
+                f"the last, trial {last.number}: {last.reason}"
+            )
+        wall = spec.budget.wall_time
+        if wall is not None and utcnow() - sweep.created_at > timedelta(seconds=wall):
+            return SweepStatus.stopped, f"its wall time of {wall:g} s ran out"
+        return None
+
+    async def _finish(self, sweep: Sweep, spec: SweepSpec) -> None:
+        best = best_trial(sweep.trials, spec.objective.direction)
+        if best is None:
+            await self._set_status(sweep, SweepStatus.failed, "no trial succeeded")
+            return
+        params = ", ".join(f"{k}={v}" for k, v in best.params.items())
+        reason = f"best: trial {best.number}, {spec.objective.metric} {best.value:.6g} ({params})"
+        await self._set_status(sweep, SweepStatus.succeeded, reason)
+
+    # --- a running trial -----------------------------------------------------------------
+
+    async def _follow(
+        self, sweep: Sweep, spec: SweepSpec, study: SweepStudy, trial: SweepTrial, job: JobStatus
+    ) -> None:
+        """Report the trial's new intermediate values, prune it if the pruner says so, and
+        record its result once its job ended."""
+        points = await self._points(trial.job_id, spec)
+        curve = [list(p) for p in trial.curve or []]
+        reported = int(curve[-1][0]) if curve else 0
+        unit = "epoch" if spec.early_stopping.resource == "epochs" else "step"
+        for resource, value in _intermediate(points, after=reported):
+            prune = await asyncio.to_thread(study.report, trial.number, resource, value)
+            curve.append([resource, value])
+            if prune:
+                rule = await asyncio.to_thread(study.prune_rule, trial.number)
+                reason = f"pruned at {unit} {resource}: {rule}"
+                await self._end_trial(trial, TrialStatus.pruned, reason, curve=curve, cancel=True)
+                return
+        final = max(points, key=lambda p: p.order).value if points else None
+        if not job.is_terminal:
+            if len(curve) != len(trial.curve or []):
+                await self._end_trial(trial, None, None, curve=curve)
+            return
+        metric = spec.objective.metric
+        if job is JobStatus.succeeded and final is not None:
+            await self._end_trial(trial, TrialStatus.succeeded, None, curve=curve, value=final)
+            return
+        reason = (
+            f"its job never reported {metric}"
+            if job is JobStatus.succeeded
+            else f"its job {job}: {await self._job_reason(trial.job_id)}"
+        )
+        await self._end_trial(trial, TrialStatus.failed, reason, curve=curve)
+
+    async def _end_trial(
+        self,
+        trial: SweepTrial,
+        status: TrialStatus | None,
+        reason: str | None,
+        *,
+        curve: list[list[float]] | None = None,
+        value: float | None = None,
+        cancel: bool = False,
+    ) -> None:
+        """Record the trial's curve and, with a status, its end; `cancel` ends its job too.
+        Only a trial still running is changed: one already ended stays as it ended."""
+
+        async def change(tx: Transaction) -> None:
+            values: dict[str, Any] = {}
+            if curve is not None:
+                values["curve"] = curve
+            if status is not None:
+                values |= {"status": status, "reason": reason, "value": value}
+                values["finished_at"] = utcnow()
+            done = await tx.session.execute(
+                update(SweepTrial)
+                .where(SweepTrial.id == trial.id, SweepTrial.status == TrialStatus.running)
+                .values(values)
+            )
+            if not done.rowcount or not cancel:  # type: ignore[attr-defined]
+                return
+            job = await tx.session.get(Job, trial.job_id)
+            if job is not None and not job.status.is_terminal:
+                await end_job(tx=tx, job=job, status=JobStatus.cancelled, reason=reason or "")
+
+        await self.apply(change, frees_or_takes_capacity=cancel)
+
+    async def _tell_ended(self, study: SweepStudy, trials: Sequence[SweepTrial]) -> None:
+        states = await asyncio.to_thread(study.states)
+        for trial in trials:
+            if trial.status.is_terminal and states.get(trial.number) is TrialState.RUNNING:
+                state = OPTUNA_STATE[trial.status]
+                await asyncio.to_thread(study.tell, trial.number, state, trial.value)
+
+    # --- new trials ----------------------------------------------------------------------
+
+    async def _start_trials(
+        self, sweep: Sweep, spec: SweepSpec, study: SweepStudy, running: int
+    ) -> None:
+        known = {t.number for t in sweep.trials}
+        states = await asyncio.to_thread(study.states)
+        # Asked for before a crash, its job never written: started now, with its parameters.
+        for number in sorted(n for n, s in states.items() if s is TrialState.RUNNING):
+            if number not in known and running < spec.budget.parallel:
+                params = await asyncio.to_thread(study.params, number)
+                if not await self._start(sweep, spec, study, number, params):
+                    return
+                running += 1
+        while running < spec.budget.parallel:
+            if await asyncio.to_thread(study.counted) >= spec.budget.trials:
+                return
+            asked = await asyncio.to_thread(study.ask)
+            if not await self._start(sweep, spec, study, asked.number, asked.params):
+                return
+            running += 1
+
+    async def _start(
+        self,
+        sweep: Sweep,
+        spec: SweepSpec,
+        study: SweepStudy,
+        number: int,
+        params: dict[str, Any],
+    ) -> bool:
+        """Write the trial's job and its row together; False if the sweep no longer runs."""
+        try:
+            job_spec = spec.job_for(params)
+        except InvalidInput as invalid:
+            await asyncio.to_thread(study.tell, number, TrialState.FAIL)
+            reason = f"trial {number}'s job spec is invalid with {params}: {invalid.message}"
+            await self._set_status(sweep, SweepStatus.stopping, reason)
+            return False
+        tags = job_spec.tags if len(job_spec.tags) >= MAX_TAGS else [*job_spec.tags, sweep.tag]
+        project = await self._project_name(sweep.project_id)
+        trial_spec = job_spec.model_copy(
+            update={"name": f"{job_spec.name[:50]}-t{number}", "tags": tags, "project": project}
+        )
+
+        async def change(tx: Transaction) -> bool:
+            session = tx.session
+            status = await session.scalar(select(Sweep.status).where(Sweep.id == sweep.id))
+            if status is not SweepStatus.running:
+                return False  # a stop was acknowledged meanwhile: no trial starts after it
+            exists = await session.scalar(
+                select(SweepTrial.id).where(
+                    SweepTrial.sweep_id == sweep.id, SweepTrial.number == number
+                )
+            )
+            if exists is not None:
+                return True
+            new = new_jobs.NewJob(
+                spec=trial_spec,
+                project_id=sweep.project_id,
+                submitted_by=sweep.submitted_by,
+                actor=f"sweep {sweep.id}",
+            )
+            [job] = await new_jobs.insert_jobs(session=session, jobs=[new])
+            session.add(
+                SweepTrial(
+                    sweep_id=sweep.id,
+                    number=number,
+                    job_id=job.id,
+                    params=params,
+                    status=TrialStatus.running,
+                    curve=[],
+                )
+            )
+            await session.flush()
+            return True
+
+        started: bool = await self.apply(change, frees_or_takes_capacity=False)
+        return started
+
+    # --- reads and the sweep's own row ------------------------------------------------------
+
+    async def _set_status(self, sweep: Sweep, status: SweepStatus, reason: str | None) -> bool:
+        """Move the sweep on from the status it was read in; False if it changed meanwhile
+        (a stop request): the next iteration reads it again."""
+
+        async def change(tx: Transaction) -> bool:
+            now = utcnow()
+            values: dict[str, Any] = {"status": status, "reason": reason, "updated_at": now}
+            if status.is_terminal:
+                values["finished_at"] = now
+            done = await tx.session.execute(
+                update(Sweep)
+                .where(Sweep.id == sweep.id, Sweep.status == sweep.status)
+                .values(values)
+            )
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+
+        changed: bool = await self.apply(change, frees_or_takes_capacity=False)
+        return changed
+
+    async def _unfinished(self) -> list[Sweep]:
+        async with self.sessions() as session:
+            query = (
+                select(Sweep)
+                .where(Sweep.status.in_(UNFINISHED))
+                .options(selectinload(Sweep.trials))
+                .order_by(Sweep.id)
+            )
+            return list(await session.scalars(query))
+
+    async def _reload(self, sweep_id: int) -> Sweep:
+        async with self.sessions() as session:
+            query = select(Sweep).where(Sweep.id == sweep_id).options(selectinload(Sweep.trials))
+            return (await session.scalars(query)).one()
+
+    async def _jobs(self, ids: list[int]) -> dict[int, JobStatus]:
+        if not ids:
+            return {}
+        async with self.sessions() as session:
+            rows = await session.execute(select(Job.id, Job.status).where(Job.id.in_(ids)))
+            return {job_id: status for job_id, status in rows}
+
+    async def _job_reason(self, job_id: int) -> str:
+        async with self.sessions() as session:
+            return await session.scalar(select(Job.reason).where(Job.id == job_id)) or ""
+
+    async def _project_name(self, project_id: int) -> str:
+        async with self.sessions() as session:
+            return (
+                await session.scalar(select(Project.name).where(Project.id == project_id))
+            ) or ""
+
+    async def _points(self, job_id: int, spec: SweepSpec) -> list[Point]:
+        """The objective's values from one task of the job (the first of chief, worker 0, ...
+        that reported it), each with the epoch (or step) it was reported at."""
+        metric = spec.objective.metric
+        async with self.sessions() as session:
+            result = await session.execute(
+                select(
+                    MetricPoint.task,
+                    MetricPoint.attempt,
+                    MetricPoint.step,
+                    MetricPoint.seq,
+                    MetricPoint.name,
+                    MetricPoint.value,
+                ).where(MetricPoint.job_id == job_id, MetricPoint.name.in_((metric, "epoch")))
+            )
+            rows = [tuple(row) for row in result]
+        reporting = sorted({r[0] for r in rows if r[4] == metric}, key=_task_order)
+        if not reporting:
+            return []
+        task = reporting[0]
+        epochs = {(a, s): v for t, a, s, _, n, v in rows if t == task and n == "epoch"}
+        by_epochs = spec.early_stopping.resource == "epochs"
+        points = []
+        for t, attempt, step, seq, name, value in rows:
+            if t != task or name != metric or value is None or not math.isfinite(value):
+                continue
+            epoch = epochs.get((attempt, step))
+            resource = (None if epoch is None else int(epoch)) if by_epochs else int(step)
+            points.append(Point(resource, float(value), (attempt, step, seq)))
+        return points
+
+    async def _study(self, sweep: Sweep, spec: SweepSpec) -> SweepStudy:
+        study = self._studies.get(sweep.id)
+        if study is None:
+            if self._storage is None:
+                self._storage = await asyncio.to_thread(open_storage, self.database_url)
+            study = await asyncio.to_thread(
+                SweepStudy, storage=self._storage, name=sweep.study_name, spec=spec
+            )
+            self._studies[sweep.id] = study
+        return study
+
+
+def _intermediate(points: Sequence[Point], *, after: int) -> list[tuple[int, float]]:
+    """Each epoch's (or step's) value after `after`, in order; a resource reported again (by
+    a restarted attempt) counts with its newest value."""
+    newest: dict[int, Point] = {}
+    for point in points:
+        if point.resource is None or point.resource <= after:
+            continue
+        kept = newest.get(point.resource)
+        if kept is None or point.order > kept.order:
+            newest[point.resource] = point
+    return [(resource, newest[resource].value) for resource in sorted(newest)]
+
+
+def _task_order(task: str) -> tuple[int, int]:
+    """chief, worker:0, worker:1, ..., ps, evaluator: whose report of the objective counts."""
+    try:
+        name = TaskName.parse(task)
+    except ValueError:
+        return len(Role), 0
+    return list(Role).index(name.role), name.index

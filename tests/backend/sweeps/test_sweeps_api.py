@@ -1,0 +1,174 @@
+"""The sweeps API and one iteration of the sweep runner at a time, on a real database and
+Optuna's real storage; trials' metrics are written as the ingest writes them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from backend.jobs.models import Job
+from backend.jobs.states import JobStatus
+from backend.scheduling.sweep_runner import SweepRunner
+from backend.streams.models import MetricPoint
+from backend.sweeps.models import SweepTrial
+from tests.conftest import Api
+from tests.support.factories import make_spec
+
+
+def sweep_doc(**overrides: Any) -> dict[str, Any]:
+    job = make_spec("mirrored")
+    job["entrypoint"] = ["python", "train.py", "--lr", "${params.lr}"]
+    job["env"] = {"UNITS": "${params.units}"}
+    doc: dict[str, Any] = {
+        "name": "search",
+        "job": job,
+        "parameters": {
+            "lr": {"type": "float", "low": 1e-4, "high": 0.1, "log": True},
+            "units": {"type": "categorical", "choices": [16, 32, 64]},
+        },
+        "objective": {"metric": "val_loss", "direction": "minimize"},
+        "budget": {"trials": 4, "parallel": 2, "max_failed": 1},
+        "sampler": {"type": "random", "seed": 3},
+        "early_stopping": {"type": "asha", "min_resource": 1, "reduction_factor": 2},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def runner_of(api: Api) -> SweepRunner:
+    runner: SweepRunner = api.app.state.sweeps  # type: ignore[attr-defined]
+    return runner
+
+
+async def trials(api: Api, sweep_id: int) -> list[dict[str, Any]]:
+    answer = await api.http.get(f"/sweeps/{sweep_id}")
+    assert answer.status_code == 200, answer.text
+    found: list[dict[str, Any]] = answer.json()["trials"]
+    return found
+
+
+async def report(api: Api, job_id: int, epoch: int, value: float, seq: int) -> None:
+    """An epoch end as the runtime streams it: the metric and `epoch`, at the same step."""
+    step = epoch * 10
+    async with api.session() as session:
+        await session.execute(
+            insert(MetricPoint),
+            [
+                {
+                    "job_id": job_id,
+                    "task": "chief",
+                    "attempt": 0,
+                    "seq": seq,
+                    "name": "val_loss",
+                    "step": step,
+                    "value": value,
+                    "wall_time": 0.0,
+                },
+                {
+                    "job_id": job_id,
+                    "task": "chief",
+                    "attempt": 0,
+                    "seq": seq + 1,
+                    "name": "epoch",
+                    "step": step,
+                    "value": float(epoch),
+                    "wall_time": 0.0,
+                },
+            ],
+        )
+        await session.commit()
+
+
+async def test_a_sweep_is_validated_field_by_field(quiet_api: Api) -> None:
+    bad = sweep_doc(budget={"trials": 2, "parallel": 3})
+    bad["parameters"]["lr"] = {"type": "float", "low": -1, "high": 0.1, "log": True}
+    bad["job"]["replicas"] = {"chief": {"count": 2}}
+    answer = await quiet_api.http.post("/sweeps", json=bad)
+    assert answer.status_code == 422
+    fields = {issue["field"] for issue in answer.json()["errors"]}
+    assert fields == {"parameters.lr"}  # field errors come first, alone
+    bad["parameters"]["lr"] = {"type": "float", "low": 0.1, "high": 0.2}
+    answer = await quiet_api.http.post("/sweeps", json=bad)
+    fields = {issue["field"] for issue in answer.json()["errors"]}
+    assert fields == {"budget.parallel"}
+    bad["budget"] = {"trials": 2}
+    answer = await quiet_api.http.post("/sweeps", json=bad)
+    assert [i["field"] for i in answer.json()["errors"]] == ["job.replicas"]
+
+
+async def test_trials_run_as_jobs_and_asha_prunes_one(quiet_api: Api) -> None:
+    api = quiet_api
+    answer = await api.http.post("/sweeps", json=sweep_doc())
+    assert answer.status_code == 201, answer.text
+    sweep_id = answer.json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    first = await trials(api, sweep_id)
+    assert [t["number"] for t in first] == [0, 1]
+    assert all(t["status"] == "running" and t["job_status"] == "pending" for t in first)
+    async with api.session() as session:
+        job = await session.get_one(Job, first[0]["job_id"])
+        assert job.spec["entrypoint"][-1] == repr(first[0]["params"]["lr"]).replace("'", "")
+        assert job.spec["env"]["UNITS"] == str(first[0]["params"]["units"])
+        assert f"sweep-{sweep_id}" in job.spec["tags"]
+    # Trial 0 reaches epoch 1 first with a good value; trial 1 then a worse one: ASHA
+    # (reduction factor 2) keeps the best half at rung 0, and stops trial 1 there.
+    await report(api, first[0]["job_id"], 1, 0.5, seq=0)
+    await runner.run_once()
+    await report(api, first[1]["job_id"], 1, 0.9, seq=0)
+    await runner.run_once()
+    now = {t["number"]: t for t in await trials(api, sweep_id)}
+    assert now[1]["status"] == "pruned"
+    assert now[1]["reason"] == "pruned at epoch 1: ASHA rung 0"
+    assert now[1]["job_status"] == "cancelled"
+    assert now[1]["curve"] == [[1.0, 0.9]]
+    async with api.session() as session:
+        job = await session.get_one(Job, now[1]["job_id"])
+        assert job.reason == "pruned at epoch 1: ASHA rung 0"
+    # In its place trial 2 started: two run at a time.
+    assert now[2]["status"] == "running"
+    assert sum(t["status"] == "running" for t in now.values()) == 2
+
+
+async def test_a_stop_cancels_running_trials_and_starts_none(quiet_api: Api) -> None:
+    api = quiet_api
+    sweep_id = (await api.http.post("/sweeps", json=sweep_doc())).json()["id"]
+    await runner_of(api).run_once()
+    stopped = await api.http.post(f"/sweeps/{sweep_id}/stop", json={"reason": "enough"})
+    assert stopped.status_code == 200 and stopped.json()["status"] == "stopping"
+    await runner_of(api).run_once()
+    read = (await api.http.get(f"/sweeps/{sweep_id}")).json()
+    assert read["status"] == "stopped" and read["reason"] == "enough"
+    assert [t["status"] for t in read["trials"]] == ["stopped", "stopped"]
+    assert {t["job_status"] for t in read["trials"]} == {"cancelled"}
+    again = await api.http.post(f"/sweeps/{sweep_id}/stop")
+    assert again.status_code == 409
+
+
+async def test_a_finished_budget_names_the_best_trial(quiet_api: Api) -> None:
+    api = quiet_api
+    doc = sweep_doc(budget={"trials": 2, "parallel": 2}, early_stopping={"type": "none"})
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    first = await trials(api, sweep_id)
+    for seq, (trial, value) in enumerate(zip(first, (0.3, 0.2), strict=True)):
+        await report(api, trial["job_id"], 1, value, seq=seq * 2)
+        async with api.session() as session:
+            job = await session.get_one(Job, trial["job_id"])
+            job.status = JobStatus.succeeded
+            await session.commit()
+    await runner.run_once()
+    read = (await api.http.get(f"/sweeps/{sweep_id}")).json()
+    assert read["status"] == "succeeded", read
+    assert read["best"]["number"] == 1 and read["best"]["value"] == 0.2
+    assert read["counts"]["succeeded"] == 2
+    assert read["reason"].startswith("best: trial 1, val_loss 0.2")
+    listed = (await api.http.get("/sweeps")).json()
+    assert [s["id"] for s in listed] == [sweep_id]
+    async with api.session() as session:
+        rows = list(await session.scalars(select(SweepTrial.status)))
+    assert len(rows) == 2
+    await asyncio.sleep(0)
