@@ -393,7 +393,9 @@ class SweepRunner:
                     MetricPoint.value,
                 ).where(MetricPoint.job_id == job_id, MetricPoint.name.in_((metric, "epoch")))
             )
-            rows = [tuple(row) for row in result]
+            rows: list[tuple[str, int, int, int, str, float | None]] = [
+                (r.task, r.attempt, r.step, r.seq, r.name, r.value) for r in result
+            ]
         reporting = sorted({r[0] for r in rows if r[4] == metric}, key=_task_order)
         if not reporting:
             return []

@@ -731,6 +731,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Sweeps
+         * @description Sweeps of the projects you can see, newest first, with their counts and best trial.
+         */
+        get: operations["list_sweeps_sweeps_get"];
+        put?: never;
+        /**
+         * Create Sweep
+         * @description Start a sweep (JSON or YAML) in a project you are a member of (job.project): its
+         *     trials run as jobs of that project, `budget.parallel` at a time.
+         */
+        post: operations["create_sweep_sweeps_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{sweep_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Sweep
+         * @description The sweep, every trial with its parameters, status, objective and curve, and the best.
+         */
+        get: operations["get_sweep_sweeps__sweep_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sweeps/{sweep_id}/stop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stop Sweep
+         * @description Stop a running sweep: no more trials are asked for, the running ones are cancelled,
+         *     and it ends `stopped` with the best found so far.
+         */
+        post: operations["stop_sweep_sweeps__sweep_id__stop_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/tokens": {
         parameters: {
             query?: never;
@@ -928,7 +994,7 @@ export interface components {
          * @description Every change the API makes, by name (stored as these strings: no migration to add one).
          * @enum {string}
          */
-        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain" | "host.cordon" | "host.uncordon" | "host.notice";
+        AuditAction: "job.submit" | "job.cancel" | "job.restart" | "job.suspend" | "job.resume" | "task.restart" | "job.checkpoint" | "job.evaluator" | "token.create" | "token.revoke" | "user.create" | "user.disable" | "user.enable" | "project.create" | "member.set" | "member.remove" | "quota.set" | "host.forget" | "host.drain" | "host.undrain" | "host.cordon" | "host.uncordon" | "host.notice" | "sweep.create" | "sweep.stop";
         /** AuditEntryRead */
         AuditEntryRead: {
             /**
@@ -998,6 +1064,30 @@ export interface components {
              */
             reason: string;
         };
+        /** Budget */
+        Budget: {
+            /**
+             * Max Failed
+             * @description Failed trials the sweep outlives; one more and it stops (null: as many as its trials: failures never stop it).
+             */
+            max_failed?: number | null;
+            /**
+             * Parallel
+             * @description Trials running at once.
+             * @default 1
+             */
+            parallel: number;
+            /**
+             * Trials
+             * @description Trials in all.
+             */
+            trials: number;
+            /**
+             * Wall Time
+             * @description Seconds from the sweep's start; then running trials are cancelled and it ends with what it found.
+             */
+            wall_time?: number | null;
+        };
         /** BundleMember */
         BundleMember: {
             /**
@@ -1021,6 +1111,16 @@ export interface components {
              * @description What a symlink or hardlink names.
              */
             target?: string | null;
+        };
+        /** Categorical */
+        Categorical: {
+            /** Choices */
+            choices: (string | number | boolean)[];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "categorical";
         };
         /**
          * CheckpointFrame
@@ -1302,6 +1402,45 @@ export interface components {
             /** Uuid */
             uuid: string | null;
         };
+        /** EarlyStopping */
+        EarlyStopping: {
+            /**
+             * Max Resource
+             * @description hyperband: a full trial's resource (required).
+             */
+            max_resource?: number | null;
+            /**
+             * Min Resource
+             * @description asha and hyperband: the first rung; median: warm-up before any trial is stopped.
+             * @default 1
+             */
+            min_resource: number;
+            /**
+             * Reduction Factor
+             * @description asha and hyperband: 1 in this many trials goes on at each rung.
+             * @default 3
+             */
+            reduction_factor: number;
+            /**
+             * Resource
+             * @description What the objective's intermediate values are counted in.
+             * @default epochs
+             * @enum {string}
+             */
+            resource: "epochs" | "steps";
+            /**
+             * Startup Trials
+             * @description median: trials that finish before any is stopped.
+             * @default 3
+             */
+            startup_trials: number;
+            /**
+             * Type
+             * @default none
+             * @enum {string}
+             */
+            type: "none" | "median" | "asha" | "hyperband";
+        };
         /**
          * EngineInfo
          * @description The container engine an agent can start tasks in, as it says in its hello.
@@ -1382,6 +1521,29 @@ export interface components {
             field: string;
             /** Message */
             message: string;
+        };
+        /** FloatRange */
+        FloatRange: {
+            /** High */
+            high: number;
+            /**
+             * Log
+             * @description Drawn uniformly in log space; low > 0.
+             * @default false
+             */
+            log: boolean;
+            /** Low */
+            low: number;
+            /**
+             * Step
+             * @description Values low, low+step, ...; needed by the grid sampler.
+             */
+            step?: (number) | null;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "float";
         };
         /** Health */
         Health: {
@@ -1530,6 +1692,28 @@ export interface components {
             status: components["schemas"]["HostStatus"];
             /** Tasks */
             tasks: components["schemas"]["TaskRef"][];
+        };
+        /** IntRange */
+        IntRange: {
+            /** High */
+            high: number;
+            /**
+             * Log
+             * @default false
+             */
+            log: boolean;
+            /** Low */
+            low: number;
+            /**
+             * Step
+             * @default 1
+             */
+            step: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "int";
         };
         /**
          * InvalidInputBody
@@ -2001,6 +2185,20 @@ export interface components {
             name: string;
             role: components["schemas"]["ProjectRole"];
         };
+        /** Objective */
+        Objective: {
+            /**
+             * Direction
+             * @default minimize
+             * @enum {string}
+             */
+            direction: "minimize" | "maximize";
+            /**
+             * Metric
+             * @description A metric the trial's job streams, e.g. val_loss or eval/accuracy; its last value is the trial's result, the values before it are reported to the early stopping.
+             */
+            metric: string;
+        };
         /**
          * Partitioner
          * @description ParameterServerStrategy's variable partitioner (tf MinSizePartitioner).
@@ -2281,6 +2479,20 @@ export interface components {
              */
             python?: string | null;
         };
+        /** Sampler */
+        Sampler: {
+            /**
+             * Seed
+             * @description For repeatable draws.
+             */
+            seed?: number | null;
+            /**
+             * Type
+             * @default tpe
+             * @enum {string}
+             */
+            type: "random" | "tpe" | "grid";
+        };
         /** Series */
         Series: {
             /** Name */
@@ -2409,6 +2621,156 @@ export interface components {
              * @constant
              */
             type: "subscribe";
+        };
+        /** SweepRead */
+        SweepRead: {
+            /** @description The best trial that succeeded, so far. */
+            best: components["schemas"]["TrialRead"] | null;
+            /**
+             * Budget
+             * @description Trials in all.
+             */
+            budget: number;
+            counts: components["schemas"]["TrialCounts"];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Direction
+             * @enum {string}
+             */
+            direction: "minimize" | "maximize";
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+            /**
+             * Objective
+             * @description The metric searched on.
+             */
+            objective: string;
+            /** Parallel */
+            parallel: number;
+            /** Project */
+            project: string;
+            /** Reason */
+            reason: string | null;
+            /**
+             * Resource
+             * @description What curves are counted in.
+             * @enum {string}
+             */
+            resource: "epochs" | "steps";
+            spec: components["schemas"]["SweepSpec"];
+            status: components["schemas"]["SweepStatus"];
+            /** Submitted By */
+            submitted_by: string | null;
+            /** Trials */
+            trials: components["schemas"]["TrialRead"][];
+        };
+        /**
+         * SweepSpec
+         * @description A hyperparameter search: trials of `job`, each with its parameters written in.
+         */
+        SweepSpec: {
+            budget: components["schemas"]["Budget"];
+            /**
+             * @default {
+             *       "min_resource": 1,
+             *       "reduction_factor": 3,
+             *       "resource": "epochs",
+             *       "startup_trials": 3,
+             *       "type": "none"
+             *     }
+             */
+            early_stopping: components["schemas"]["EarlyStopping"];
+            /**
+             * Job
+             * @description A job spec; ${params.NAME} in its env values and entrypoint items is replaced by each trial's value.
+             */
+            job: {
+                [key: string]: unknown;
+            };
+            /** Name */
+            name: string;
+            objective: components["schemas"]["Objective"];
+            /** Parameters */
+            parameters: {
+                [key: string]: components["schemas"]["FloatRange"] | components["schemas"]["IntRange"] | components["schemas"]["Categorical"];
+            };
+            /**
+             * @default {
+             *       "type": "tpe"
+             *     }
+             */
+            sampler: components["schemas"]["Sampler"];
+        };
+        /**
+         * SweepStatus
+         * @enum {string}
+         */
+        SweepStatus: "running" | "stopping" | "succeeded" | "stopped" | "failed";
+        /** SweepStop */
+        SweepStop: {
+            /**
+             * Reason
+             * @description Recorded with the stop.
+             */
+            reason?: string | null;
+        };
+        /**
+         * SweepSummary
+         * @description A sweep in a list: its state, counts and best result, without its trials.
+         */
+        SweepSummary: {
+            /** @description The best trial that succeeded, so far. */
+            best: components["schemas"]["TrialRead"] | null;
+            /**
+             * Budget
+             * @description Trials in all.
+             */
+            budget: number;
+            counts: components["schemas"]["TrialCounts"];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Direction
+             * @enum {string}
+             */
+            direction: "minimize" | "maximize";
+            /** Finished At */
+            finished_at: string | null;
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+            /**
+             * Objective
+             * @description The metric searched on.
+             */
+            objective: string;
+            /** Parallel */
+            parallel: number;
+            /** Project */
+            project: string;
+            /** Reason */
+            reason: string | null;
+            /**
+             * Resource
+             * @description What curves are counted in.
+             * @enum {string}
+             */
+            resource: "epochs" | "steps";
+            status: components["schemas"]["SweepStatus"];
+            /** Submitted By */
+            submitted_by: string | null;
         };
         /** TaskRead */
         TaskRead: {
@@ -2596,6 +2958,83 @@ export interface components {
              */
             token_id: number | null;
         };
+        /** TrialCounts */
+        TrialCounts: {
+            /**
+             * Failed
+             * @default 0
+             */
+            failed: number;
+            /**
+             * Pruned
+             * @default 0
+             */
+            pruned: number;
+            /**
+             * Running
+             * @default 0
+             */
+            running: number;
+            /**
+             * Stopped
+             * @default 0
+             */
+            stopped: number;
+            /**
+             * Succeeded
+             * @default 0
+             */
+            succeeded: number;
+        };
+        /** TrialRead */
+        TrialRead: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Curve
+             * @description The intermediate objective reported to the early stopping: [resource (epoch or step), value], in order.
+             */
+            curve: [
+                number,
+                number
+            ][];
+            /** Finished At */
+            finished_at: string | null;
+            /**
+             * Job Id
+             * @description The job that runs it.
+             */
+            job_id: number;
+            job_status: components["schemas"]["JobStatus"];
+            /**
+             * Number
+             * @description The trial's number in the sweep, from 0 (Optuna's).
+             */
+            number: number;
+            /** Params */
+            params: {
+                [key: string]: unknown;
+            };
+            /**
+             * Reason
+             * @description Why it was pruned, failed or stopped.
+             */
+            reason: string | null;
+            status: components["schemas"]["TrialStatus"];
+            /**
+             * Value
+             * @description The objective's last value, once it ended.
+             */
+            value: number | null;
+        };
+        /**
+         * TrialStatus
+         * @enum {string}
+         */
+        TrialStatus: "running" | "succeeded" | "pruned" | "failed" | "stopped";
         /**
          * UsageFrame
          * @description What one task attempt and the GPUs it holds used, sampled by its agent every few
@@ -5158,6 +5597,275 @@ export interface operations {
             };
             /** @description The token is of a kind this endpoint does not admit. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    list_sweeps_sweeps_get: {
+        parameters: {
+            query?: {
+                /** @description Only this project's sweeps. */
+                project?: string | null;
+                /** @description Only sweeps in these states. */
+                status?: components["schemas"]["SweepStatus"][];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepSummary"][];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    create_sweep_sweeps_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepSpec"];
+                "application/yaml": components["schemas"]["SweepSpec"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body is over the server's limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request body's content type is not accepted. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    get_sweep_sweeps__sweep_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Invalid input: every offending field, each with what was expected. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InvalidInputBody"];
+                };
+            };
+        };
+    };
+    stop_sweep_sweeps__sweep_id__stop_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SweepStop"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepRead"];
+                };
+            };
+            /** @description No bearer token, or one the server does not know. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token is of a kind this endpoint does not admit. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the path names (a job, its task, attempt or checkpoint, a host, a token) does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request is not allowed in the resource's current state. */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
