@@ -17,6 +17,7 @@ from backend.code.schemas import CodeBundleRead, CodeManifest
 from backend.hosts.schemas import HostRead
 from backend.jobs.schemas import JobEventRead, JobPage, JobRead, LogPage
 from backend.scheduling.quotas import ProjectQuotaRead
+from backend.sweeps.schemas import SweepRead, SweepSummary
 from backend.teams.schemas import Me, MemberRead, ProjectDetail, ProjectRead, UserRead
 from backend.tokens.schemas import TokenCreated, TokenRead
 
@@ -213,6 +214,34 @@ class StrataClient:
     def events(self, job_id: int) -> list[JobEventRead]:
         return self._request("GET", f"/jobs/{job_id}/events", _EVENTS)
 
+    def create_sweep(self, spec_path: Path) -> SweepRead:
+        """Start a sweep from its spec file (YAML or JSON), sent as it is."""
+        content = spec_path.read_bytes()
+        suffix = spec_path.suffix.lower()
+        content_type = "application/json" if suffix == ".json" else "application/yaml"
+        return self._request(
+            "POST", "/sweeps", _SWEEP, content=content, headers={"Content-Type": content_type}
+        )
+
+    def create_sweep_document(self, document: dict[str, Any]) -> SweepRead:
+        """Start a sweep from a spec already read (and perhaps rewritten)."""
+        return self._request("POST", "/sweeps", _SWEEP, json=document)
+
+    def sweeps(
+        self, *, project: str | None = None, statuses: list[str] | None = None
+    ) -> list[SweepSummary]:
+        params: dict[str, Any] = {"status": statuses or []}
+        if project is not None:
+            params["project"] = project
+        return self._request("GET", "/sweeps", _SWEEPS, params=params)
+
+    def sweep(self, sweep_id: int) -> SweepRead:
+        return self._request("GET", f"/sweeps/{sweep_id}", _SWEEP)
+
+    def stop_sweep(self, sweep_id: int, reason: str | None = None) -> SweepRead:
+        body = None if reason is None else {"reason": reason}
+        return self._request("POST", f"/sweeps/{sweep_id}/stop", _SWEEP, json=body)
+
     def create_token(self, name: str, kind: str, expires_in_seconds: int | None) -> TokenCreated:
         body = {"name": name, "kind": kind, "expires_in_seconds": expires_in_seconds}
         return self._request("POST", "/tokens", _TOKEN_CREATED, json=body)
@@ -326,3 +355,5 @@ _HOST = TypeAdapter(HostRead)
 _TOKEN_CREATED = TypeAdapter(TokenCreated)
 _TOKENS = TypeAdapter(list[TokenRead])
 _HOSTS = TypeAdapter(list[HostRead])
+_SWEEP = TypeAdapter(SweepRead)
+_SWEEPS = TypeAdapter(list[SweepSummary])

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from agents.tls import CA_FILE_ENV
-from backend.cli import agent, client, hosts, secrets, server, teams, tokens
+from backend.cli import agent, client, hosts, secrets, server, sweeps, teams, tokens
 
 app = typer.Typer(
     name="strata",
@@ -45,6 +45,7 @@ client.register(app)
 hosts.register(app)
 tokens.register(app)
 teams.register(app)
+sweeps.register(app)
 
 
 def main() -> None:
