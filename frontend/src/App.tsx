@@ -7,6 +7,8 @@ import { ComparePage } from "./pages/ComparePage";
 import { JobPage } from "./pages/JobPage";
 import { JobsPage } from "./pages/JobsPage";
 import { LoginPage } from "./pages/LoginPage";
+import { SweepPage } from "./pages/SweepPage";
+import { SweepsPage } from "./pages/SweepsPage";
 import { getConnection, onConnection } from "./ui/connection";
 import { useSubscription } from "./ui/hooks";
 import { chooseProject, currentProject, onProjectChange } from "./ui/project";
@@ -32,8 +34,17 @@ export function App() {
     [],
   );
   useEffect(() => {
-    const titles: Record<Route["page"], string> = { jobs: "Jobs", job: "Job", cluster: "Cluster", compare: "Compare", missing: "Not found" };
-    document.title = token ? `${route.page === "job" ? `Job ${route.id}` : titles[route.page]} · Strata` : "Sign in · Strata";
+    const titles: Record<Route["page"], string> = {
+      jobs: "Jobs",
+      job: "Job",
+      cluster: "Cluster",
+      compare: "Compare",
+      sweeps: "Sweeps",
+      sweep: "Sweep",
+      missing: "Not found",
+    };
+    const title = route.page === "job" ? `Job ${route.id}` : route.page === "sweep" ? `Sweep ${route.id}` : titles[route.page];
+    document.title = token ? `${title} · Strata` : "Sign in · Strata";
   }, [route, token]);
 
   return (
@@ -51,6 +62,10 @@ export function App() {
             <ClusterPage />
           ) : route.page === "compare" ? (
             <ComparePage key={route.ids.join(",")} ids={route.ids} />
+          ) : route.page === "sweeps" ? (
+            <SweepsPage />
+          ) : route.page === "sweep" ? (
+            <SweepPage key={route.id} id={route.id} />
           ) : (
             <div class="state">
               <span class="title">Nothing at {route.hash}</span>
@@ -82,6 +97,9 @@ function TopBar({ route, signedIn }: { route: Route; signedIn: boolean }) {
         <nav class="nav">
           <a href={href.jobs()} class={onJobs ? "active" : ""} data-testid="nav-jobs">
             Jobs
+          </a>
+          <a href={href.sweeps()} class={route.page === "sweeps" || route.page === "sweep" ? "active" : ""} data-testid="nav-sweeps">
+            Sweeps
           </a>
           <a href={href.cluster()} class={route.page === "cluster" ? "active" : ""} data-testid="nav-cluster">
             Cluster

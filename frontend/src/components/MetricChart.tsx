@@ -9,7 +9,7 @@ import type { Series } from "../data/series";
 import { metric, tick } from "../ui/format";
 import { cssVar, currentTheme, onThemeChange } from "../ui/theme";
 
-const PALETTE = {
+export const PALETTE = {
   light: ["#3b6ef5", "#e0642c", "#1d9c6c", "#9b51e0", "#d4a017", "#d23c7a", "#0e9bb3", "#6b7280"],
   dark: ["#6b93ff", "#ff8a57", "#3ccf95", "#b98cff", "#f0c94b", "#ff6ba5", "#4fd1e8", "#9aa5b3"],
 };
