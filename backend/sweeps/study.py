@@ -8,7 +8,10 @@ connections), or on SQLite in `optuna.db` beside `strata.db`. Every call here is
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,11 +34,15 @@ from optuna.samplers import BaseSampler, GridSampler, RandomSampler, TPESampler
 from optuna.storages import RDBStorage
 from optuna.trial import Trial, TrialState
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from backend.sweeps.spec import Categorical, FloatRange, SweepSpec, grid_values
 
 OPTUNA_SCHEMA = "optuna"  # as the migration that creates it names it
 _RUNG = re.compile(r"completed_rung_(\d+)")
+
+log = logging.getLogger(__name__)
+_opening = threading.Lock()  # one storage made at a time in this process
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -57,9 +64,20 @@ def storage_url(database_url: str) -> tuple[str, dict[str, Any]]:
     }
 
 
-def open_storage(database_url: str) -> RDBStorage:
+def open_storage(database_url: str, *, tries: int = 3) -> RDBStorage:
+    """Optuna's storage, its tables made on first use. Two servers (or a server and a test)
+    opening it at once may both try to make them: the one that loses tries again."""
     url, engine_kwargs = storage_url(database_url)
-    return RDBStorage(url, engine_kwargs=engine_kwargs)
+    for attempt in range(tries):
+        try:
+            with _opening:
+                return RDBStorage(url, engine_kwargs=engine_kwargs)
+        except SQLAlchemyError:
+            if attempt == tries - 1:
+                raise
+            log.info("Optuna's storage was being made by another process; trying again")
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
@@ -163,7 +181,7 @@ class SweepStudy:
         """The rule that stopped the trial, for its reason: "ASHA rung 1", "median"..."""
         stopping = self.spec.early_stopping
         if stopping.type == "median":
-            return "below the median of earlier trials"
+            return "worse than the median of completed trials"
         rungs = [
             int(m.group(1)) for key in self._frozen(number).system_attrs if (m := _RUNG.search(key))
         ]

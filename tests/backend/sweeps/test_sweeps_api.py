@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from sqlalchemy import insert, select
+from sqlalchemy.orm.exc import StaleDataError
 
 from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
@@ -42,6 +44,13 @@ def runner_of(api: Api) -> SweepRunner:
     return runner
 
 
+@pytest.fixture
+def sweeps_api(quiet_api: Api) -> Api:
+    """The app with its sweep loop idle (as a follower's): iterations run when a test says."""
+    runner_of(quiet_api).leading = lambda: False
+    return quiet_api
+
+
 async def trials(api: Api, sweep_id: int) -> list[dict[str, Any]]:
     answer = await api.http.get(f"/sweeps/{sweep_id}")
     assert answer.status_code == 200, answer.text
@@ -58,7 +67,7 @@ async def report(api: Api, job_id: int, epoch: int, value: float, seq: int) -> N
             [
                 {
                     "job_id": job_id,
-                    "task": "chief",
+                    "task": "chief:0",
                     "attempt": 0,
                     "seq": seq,
                     "name": "val_loss",
@@ -68,7 +77,7 @@ async def report(api: Api, job_id: int, epoch: int, value: float, seq: int) -> N
                 },
                 {
                     "job_id": job_id,
-                    "task": "chief",
+                    "task": "chief:0",
                     "attempt": 0,
                     "seq": seq + 1,
                     "name": "epoch",
@@ -81,25 +90,41 @@ async def report(api: Api, job_id: int, epoch: int, value: float, seq: int) -> N
         await session.commit()
 
 
-async def test_a_sweep_is_validated_field_by_field(quiet_api: Api) -> None:
+async def end_job(api: Api, job_id: int, status: JobStatus, reason: str | None = None) -> None:
+    """End a trial's job as its agents' reports would, again if a controller pass wrote the
+    job meanwhile (its version moved on)."""
+    for _ in range(20):
+        try:
+            async with api.session() as session:
+                job = await session.get_one(Job, job_id)
+                job.status = status
+                job.reason = reason
+                await session.commit()
+                return
+        except StaleDataError:
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"job {job_id} kept changing")
+
+
+async def test_a_sweep_is_validated_field_by_field(sweeps_api: Api) -> None:
     bad = sweep_doc(budget={"trials": 2, "parallel": 3})
     bad["parameters"]["lr"] = {"type": "float", "low": -1, "high": 0.1, "log": True}
     bad["job"]["replicas"] = {"chief": {"count": 2}}
-    answer = await quiet_api.http.post("/sweeps", json=bad)
+    answer = await sweeps_api.http.post("/sweeps", json=bad)
     assert answer.status_code == 422
     fields = {issue["field"] for issue in answer.json()["errors"]}
     assert fields == {"parameters.lr"}  # field errors come first, alone
     bad["parameters"]["lr"] = {"type": "float", "low": 0.1, "high": 0.2}
-    answer = await quiet_api.http.post("/sweeps", json=bad)
+    answer = await sweeps_api.http.post("/sweeps", json=bad)
     fields = {issue["field"] for issue in answer.json()["errors"]}
     assert fields == {"budget.parallel"}
     bad["budget"] = {"trials": 2}
-    answer = await quiet_api.http.post("/sweeps", json=bad)
+    answer = await sweeps_api.http.post("/sweeps", json=bad)
     assert [i["field"] for i in answer.json()["errors"]] == ["job.replicas"]
 
 
-async def test_trials_run_as_jobs_and_asha_prunes_one(quiet_api: Api) -> None:
-    api = quiet_api
+async def test_trials_run_as_jobs_and_asha_prunes_one(sweeps_api: Api) -> None:
+    api = sweeps_api
     answer = await api.http.post("/sweeps", json=sweep_doc())
     assert answer.status_code == 201, answer.text
     sweep_id = answer.json()["id"]
@@ -132,8 +157,8 @@ async def test_trials_run_as_jobs_and_asha_prunes_one(quiet_api: Api) -> None:
     assert sum(t["status"] == "running" for t in now.values()) == 2
 
 
-async def test_a_stop_cancels_running_trials_and_starts_none(quiet_api: Api) -> None:
-    api = quiet_api
+async def test_a_stop_cancels_running_trials_and_starts_none(sweeps_api: Api) -> None:
+    api = sweeps_api
     sweep_id = (await api.http.post("/sweeps", json=sweep_doc())).json()["id"]
     await runner_of(api).run_once()
     stopped = await api.http.post(f"/sweeps/{sweep_id}/stop", json={"reason": "enough"})
@@ -147,8 +172,8 @@ async def test_a_stop_cancels_running_trials_and_starts_none(quiet_api: Api) -> 
     assert again.status_code == 409
 
 
-async def test_a_finished_budget_names_the_best_trial(quiet_api: Api) -> None:
-    api = quiet_api
+async def test_a_finished_budget_names_the_best_trial(sweeps_api: Api) -> None:
+    api = sweeps_api
     doc = sweep_doc(budget={"trials": 2, "parallel": 2}, early_stopping={"type": "none"})
     sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
     runner = runner_of(api)
@@ -156,10 +181,7 @@ async def test_a_finished_budget_names_the_best_trial(quiet_api: Api) -> None:
     first = await trials(api, sweep_id)
     for seq, (trial, value) in enumerate(zip(first, (0.3, 0.2), strict=True)):
         await report(api, trial["job_id"], 1, value, seq=seq * 2)
-        async with api.session() as session:
-            job = await session.get_one(Job, trial["job_id"])
-            job.status = JobStatus.succeeded
-            await session.commit()
+        await end_job(api, trial["job_id"], JobStatus.succeeded)
     await runner.run_once()
     read = (await api.http.get(f"/sweeps/{sweep_id}")).json()
     assert read["status"] == "succeeded", read
@@ -172,3 +194,85 @@ async def test_a_finished_budget_names_the_best_trial(quiet_api: Api) -> None:
         rows = list(await session.scalars(select(SweepTrial.status)))
     assert len(rows) == 2
     await asyncio.sleep(0)
+
+
+def fresh_runner(api: Api) -> SweepRunner:
+    """Another runner on the same database, as a restarted server's: nothing in memory."""
+    old = runner_of(api)
+    return SweepRunner(
+        sessions=old.sessions,
+        apply=old.apply,
+        database_url=old.database_url,
+        leading=lambda: True,
+        poll_seconds=60,
+    )
+
+
+async def test_a_trial_asked_for_before_a_crash_is_started_after_it(sweeps_api: Api) -> None:
+    api = sweeps_api
+    doc = sweep_doc(budget={"trials": 3, "parallel": 2})
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    # The server asked Optuna for trial 0 and died before its job was written.
+    runner = fresh_runner(api)
+    async with api.session() as session:
+        from backend.sweeps.models import Sweep
+
+        stored = await session.get_one(Sweep, sweep_id)
+        study = await runner._study(stored, stored.sweep_spec)
+    asked = await asyncio.to_thread(study.ask)
+    assert asked.number == 0
+    await fresh_runner(api).run_once()  # the restarted server
+    found = await trials(api, sweep_id)
+    assert [t["number"] for t in found] == [0, 1]
+    assert found[0]["params"] == asked.params
+    assert await asyncio.to_thread(study.counted) == 2  # nothing asked twice
+    # Once these end, the last of the budget starts, and no more.
+    for trial in found:
+        await end_job(api, trial["job_id"], JobStatus.failed, "exit 3")
+    await fresh_runner(api).run_once()
+    found = await trials(api, sweep_id)
+    assert [t["status"] for t in found] == ["failed", "failed", "running"]
+    assert found[0]["reason"] == "its job failed: exit 3"
+    assert await asyncio.to_thread(study.counted) == 3
+
+
+async def test_more_failures_than_allowed_end_the_sweep_with_the_reason(sweeps_api: Api) -> None:
+    api = sweeps_api
+    doc = sweep_doc(budget={"trials": 4, "parallel": 2, "max_failed": 1})
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    first = await trials(api, sweep_id)
+    for trial in first:
+        await end_job(api, trial["job_id"], JobStatus.succeeded)  # it never reported val_loss
+    await runner.run_once()
+    read = (await api.http.get(f"/sweeps/{sweep_id}")).json()
+    assert read["status"] == "failed", read
+    assert read["reason"] == (
+        "too many trials failed: 2, over budget.max_failed 1; the last, trial 1: "
+        "its job never reported val_loss"
+    )
+    assert len(read["trials"]) == 2  # no trial started after
+
+
+async def test_the_median_rule_names_itself(sweeps_api: Api) -> None:
+    api = sweeps_api
+    doc = sweep_doc(
+        budget={"trials": 3, "parallel": 3},
+        early_stopping={"type": "median", "startup_trials": 0, "min_resource": 1},
+    )
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    first = await trials(api, sweep_id)
+    # Trial 0 completes at 0.2; the median rule compares with completed trials only.
+    await report(api, first[0]["job_id"], 1, 0.2, seq=0)
+    await end_job(api, first[0]["job_id"], JobStatus.succeeded)
+    await runner.run_once()
+    await report(api, first[1]["job_id"], 1, 0.8, seq=0)
+    await runner.run_once()
+    now = {t["number"]: t for t in await trials(api, sweep_id)}
+    assert now[0]["status"] == "succeeded" and now[0]["value"] == 0.2
+    assert now[1]["status"] == "pruned"
+    assert now[1]["reason"] == "pruned at epoch 1: worse than the median of completed trials"
+    assert now[2]["status"] == "running"
