@@ -26,7 +26,10 @@ def test_the_example_is_valid_and_its_trials_get_their_values() -> None:
 
 
 def test_values_are_written_as_json_writes_them_and_strings_as_they_are() -> None:
-    job = {"entrypoint": ["a=${params.a}", "b=${params.b}", "${params.c}"], "env": {"C": "x"}}
+    job: dict[str, Any] = {
+        "entrypoint": ["a=${params.a}", "b=${params.b}", "${params.c}"],
+        "env": {"C": "x"},
+    }
     filled = filled_in(job, {"a": True, "b": 1e-05, "c": "adam"})
     assert filled["entrypoint"] == ["a=true", "b=1e-05", "adam"]
     assert job["entrypoint"][0] == "a=${params.a}"  # the template is left as it was
