@@ -4,7 +4,8 @@
 
 One run starts a private, single-node Ray instance (`ray.init(num_cpus=parallel)`, as
 bench.ray_peer does: worker env TF_USE_LEGACY_KERAS=1, PYTHONPATH=the repository,
-OMP_NUM_THREADS=1), waits for the machine to be quiet, then runs one `tune.Tuner` over a
+OMP_NUM_THREADS=1; and RAY_worker_niceness=0, the niceness Strata's tasks run at, where Ray's
+default is 15), waits for the machine to be quiet, then runs one `tune.Tuner` over a
 function trainable and shuts Ray down. Everything the search is made of comes from
 examples/digits_sweep.yaml, the spec Strata runs (`settings_from_spec`):
 
@@ -214,9 +215,14 @@ def tune_run(settings: SweepSettings, *, seed: int, workdir: Path) -> TuneRun:
     import ray
     from optuna.samplers import TPESampler
     from ray import tune
+    from ray._private.ray_constants import RAY_WORKER_NICENESS  # "RAY_worker_niceness"
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
+    # Ray runs its workers at niceness 15 by default; Strata's tasks run at 0. On a machine
+    # shared with other work that alone would hand Ray's trials less CPU: at 0 here too (read
+    # by the raylet that ray.init starts).
+    os.environ[RAY_WORKER_NICENESS] = "0"
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     temp_dir = workdir / "ray"
