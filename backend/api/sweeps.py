@@ -8,14 +8,16 @@ from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from backend.api.audit import ClientSource
 from backend.api.code import get_code_store
-from backend.api.deps import ActorPrincipal, CallerAccess, SessionDep
+from backend.api.deps import ActorPrincipal, CallerAccess, SessionDep, SlurmDep
 from backend.audit import service as audit
 from backend.audit.actions import AuditAction
 from backend.errors import ROUTER_ERRORS, FieldIssue, InvalidInput, closed_query, error_responses
 from backend.jobs.spec import parse_spec_document
+from backend.scheduling.quotas import check_priority
+from backend.slurm.admission import admit
 from backend.sweeps import service
 from backend.sweeps.schemas import SweepRead, SweepStop, SweepSummary
-from backend.sweeps.spec import validate_sweep_spec
+from backend.sweeps.spec import first_values, validate_sweep_spec
 from backend.sweeps.states import SweepStatus
 from backend.teams import service as teams_service
 from backend.teams.roles import TEAM_NAME_PATTERN, ProjectRole
@@ -50,6 +52,7 @@ async def create_sweep(
     principal: ActorPrincipal,
     access: CallerAccess,
     source: ClientSource,
+    slurm: SlurmDep,
 ) -> SweepRead:
     """Start a sweep (JSON or YAML) in a project you are a member of (job.project): its
     trials run as jobs of that project, `budget.parallel` at a time."""
@@ -62,6 +65,16 @@ async def create_sweep(
         )
     project = await teams_service.project_for_submit(
         session=session, access=access, name=spec.project
+    )
+    # Its trials are written by the sweep runner, not submitted: what `POST /jobs` checks of a
+    # job is checked here, once, of the job with the first values written in.
+    job = spec.job_for(first_values(spec))
+    check_priority(project=project, priority=job.priority)
+    await admit(
+        job,
+        settings=request.app.state.settings,
+        commands=None if slurm is None else slurm.commands,
+        project_account=project.slurm_account,
     )
     sweep = await service.create_sweep(
         session=session, spec=spec, project=project, submitted_by=principal.label

@@ -1,8 +1,9 @@
 """`strata sweep`: start a hyperparameter sweep, list sweeps, show one with its trials, stop one.
 
 The trials table's columns and cells come from `trials_table`, a pure function of the sweep as
-`GET /sweeps/{id}` answers it, written the way the dashboard's trials table writes them (its
-numbers as `metric` in frontend/src/ui/format.ts writes them)."""
+`GET /sweeps/{id}` answers it, with the dashboard's trials table's rows, columns and values
+(`frontend/src/pages/SweepPage.tsx`): numbers written as its `metric` and `paramText` write them
+(frontend/src/ui/format.ts, frontend/src/data/sweeps.ts), in JavaScript's roundings."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from backend.cli.client import ServerOption, TokenOption, connect, console, err_console
 from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
@@ -24,57 +26,98 @@ from backend.sweeps.schemas import SweepRead, SweepSummary, TrialRead
 from backend.sweeps.states import SweepStatus
 
 ARROWS = {"minimize": "↓", "maximize": "↑"}
+# Where JavaScript's String(number) turns to an exponent.
+_JS_FIXED_LIMIT = 1e21
 
 
 # --- the pure part: what the tables say ------------------------------------------------------
 
 
+def _exponential(value: float, digits: int) -> str:
+    """JavaScript's value.toExponential(digits): '1.23e-4', '2.50e+6' (halves away from 0)."""
+    exact = Decimal(value)
+    places = Decimal(1).scaleb(-digits)
+    exponent = exact.adjusted()
+    mantissa = exact.scaleb(-exponent).quantize(places, ROUND_HALF_UP)
+    if abs(mantissa) >= 10:  # 9.995e-4 rounds up to 1.00e-3
+        exponent += 1
+        mantissa = exact.scaleb(-exponent).quantize(places, ROUND_HALF_UP)
+    return f"{mantissa}e{'+' if exponent >= 0 else '-'}{abs(exponent)}"
+
+
+def _significant(value: float, digits: int) -> Decimal:
+    """The value rounded to `digits` significant digits as toPrecision rounds (halves away
+    from zero, on the float's exact value)."""
+    exact = Decimal(value)
+    return exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), ROUND_HALF_UP)
+
+
+def _js_string(value: float) -> str:
+    """JavaScript's String(value) for 1e-7 <= |value| < 1e21: the shortest decimal that reads
+    back as the same float, without a trailing '.0'."""
+    return repr(value).removesuffix(".0")
+
+
 def number_text(value: float | None) -> str:
-    """A metric or a float parameter as the dashboard writes it (`metric` in
-    frontend/src/ui/format.ts, JavaScript's roundings: halves away from zero): 4 significant
-    digits without trailing zeros (0.1235, 12.5, 3), one decimal from 100 on (123.5, 150), and
-    3 digits with an exponent below 0.001 or from a million on (1.23e-4, 2.50e+6)."""
+    """A metric as the dashboard writes it (`metric` in frontend/src/ui/format.ts): 4
+    significant digits without trailing zeros (0.1235, 12.5, 3), one decimal from 100 on
+    (123.5, 150), and 3 digits with an exponent below 0.001 or from a million on (1.23e-4,
+    2.50e+6)."""
     if value is None or math.isnan(value):
         return NONE
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
     if value == 0:
         return "0"  # -0.0 too, as JavaScript's String(-0) writes it
-    exact = Decimal(value)  # the float's exact value, rounded once as JavaScript does
     size = abs(value)
-    if size != 0 and (size < 1e-3 or size >= 1e6):
-        exponent = exact.adjusted()
-        mantissa = exact.scaleb(-exponent).quantize(Decimal("0.01"), ROUND_HALF_UP)
-        if abs(mantissa) >= 10:  # 9.995e-4 rounds to 1.00e-3
-            exponent += 1
-            mantissa = exact.scaleb(-exponent).quantize(Decimal("0.01"), ROUND_HALF_UP)
-        return f"{mantissa}e{'+' if exponent >= 0 else '-'}{abs(exponent)}"
+    if size < 1e-3 or size >= 1e6:
+        return _exponential(value, 2)
     if size >= 100:
-        text = f"{exact.quantize(Decimal('0.1'), ROUND_HALF_UP):f}"
+        text = f"{Decimal(value).quantize(Decimal('0.1'), ROUND_HALF_UP):f}"
     else:
-        places = Decimal(1).scaleb(exact.adjusted() - 3)
-        text = f"{exact.quantize(places, ROUND_HALF_UP):f}"
+        text = f"{_significant(value, 4):f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def param_text(value: Any) -> str:
-    """A parameter's value: whole numbers and strings as they are, true/false, floats as
-    `number_text`."""
+    """A parameter's value as the dashboard writes it (`paramText` in
+    frontend/src/data/sweeps.ts): whole numbers as they are (64, 3), others with 4
+    significant digits (0.01235, 1235, 12350) or, below 0.001 or from a million on, 4 digits
+    with an exponent (1.235e-4); true/false; strings as they are."""
+    if value is None:
+        return NONE
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return number_text(value)
-    return NONE if value is None else str(value)
+        if not math.isfinite(value):
+            return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        if value.is_integer() and abs(value) < _JS_FIXED_LIMIT:
+            return str(int(value))
+        size = abs(value)
+        if size < 1e-3 or size >= 1e6:
+            return _exponential(value, 3)
+        return _js_string(float(_significant(value, 4)))
+    return str(value)
+
+
+def reached(trial: TrialRead) -> tuple[float | None, bool]:
+    """The objective the trial got to: its value, else (running, pruned, failed, stopped) its
+    last intermediate value; and whether it is that intermediate one."""
+    if trial.value is not None:
+        return trial.value, False
+    if trial.curve:
+        return trial.curve[-1][1], True
+    return None, False
 
 
 def resource_reached(trial: TrialRead) -> str:
     """The epoch (or step) of the last intermediate value reported for the trial."""
     if not trial.curve:
         return NONE
-    resource = trial.curve[-1][0]
-    return str(int(resource)) if float(resource).is_integer() else number_text(resource)
+    resource = float(trial.curve[-1][0])
+    return str(int(resource)) if resource.is_integer() else _js_string(resource)
 
 
 def objective_text(sweep: SweepSummary) -> str:
@@ -91,27 +134,43 @@ def ended(sweep: SweepSummary) -> int:
 class TrialsTable:
     columns: list[str]
     rows: list[list[str]]
+    # Per row: whether its value is the last intermediate one of a trial that has no result.
+    intermediate: list[bool]
+
+    VALUE_COLUMN = -4  # the objective's column, counted from the end
+
+
+def parameter_names(sweep: SweepRead) -> list[str]:
+    """The spec's parameters in its order, then any other a trial has."""
+    names = list(sweep.spec.parameters)
+    for trial in sweep.trials:
+        names += [name for name in trial.params if name not in names]
+    return names
 
 
 def trials_table(sweep: SweepRead) -> TrialsTable:
-    """One row per trial, by number: number, status, each parameter in the spec's order, the
-    objective's value, the epoch (or step) it reached, its job and why it ended so."""
-    names = list(sweep.spec.parameters)
+    """One row per trial, by number: number, status, each parameter, the objective (its final
+    value, else its last intermediate one), the epoch (or step) it reached, its job and why it
+    ended so."""
+    names = parameter_names(sweep)
     unit = "EPOCH" if sweep.resource == "epochs" else "STEP"
     columns = ["TRIAL", "STATUS", *names, sweep.objective, unit, "JOB", "REASON"]
-    rows = [
-        [
-            str(trial.number),
-            trial.status.value,
-            *(param_text(trial.params.get(name)) for name in names),
-            number_text(trial.value),
-            resource_reached(trial),
-            str(trial.job_id),
-            trial.reason or "",
-        ]
-        for trial in sorted(sweep.trials, key=lambda t: t.number)
-    ]
-    return TrialsTable(columns, rows)
+    rows, intermediate = [], []
+    for trial in sorted(sweep.trials, key=lambda t: t.number):
+        value, partial = reached(trial)
+        rows.append(
+            [
+                str(trial.number),
+                trial.status.value,
+                *(param_text(trial.params.get(name)) for name in names),
+                number_text(value),
+                resource_reached(trial),
+                str(trial.job_id),
+                trial.reason or "",
+            ]
+        )
+        intermediate.append(partial)
+    return TrialsTable(columns, rows, intermediate)
 
 
 def params_text(params: dict[str, Any]) -> str:
@@ -281,10 +340,21 @@ def sweep_show(
     )
     console.print(escape(f"best: {best_text(sweep)}"), highlight=False)
     view = trials_table(sweep)
+    if not view.rows:
+        console.print("trials: none started yet")
+        return
     table = Table(*(escape(column) for column in view.columns))
-    for row in view.rows:
-        table.add_row(*(escape(cell) for cell in row))
+    for row, partial in zip(view.rows, view.intermediate, strict=True):
+        cells = [Text(cell) for cell in row]
+        if partial:
+            cells[TrialsTable.VALUE_COLUMN].stylize("dim")
+        table.add_row(*cells)
     console.print(table)
+    if any(view.intermediate):
+        console.print(
+            f"{sweep.objective} dimmed: a trial's last intermediate value, as it did not finish",
+            highlight=False,
+        )
 
 
 def sweep_stop(

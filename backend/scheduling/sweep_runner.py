@@ -139,7 +139,7 @@ class SweepRunner:
         if ending is not None:
             for trial in running:
                 await self._end_trial(trial, TrialStatus.stopped, "the sweep stopped", cancel=True)
-            await self._tell_ended(study, (await self._reload(sweep.id)).trials)
+            await self._tell_ended(study, (await self._reload(sweep.id)).trials, ending=True)
             await self._set_status(sweep, *ending)
             return
         await self._start_trials(sweep, spec, study, len(running))
@@ -239,12 +239,20 @@ class SweepRunner:
 
         await self.apply(change, frees_or_takes_capacity=cancel)
 
-    async def _tell_ended(self, study: SweepStudy, trials: Sequence[SweepTrial]) -> None:
+    async def _tell_ended(
+        self, study: SweepStudy, trials: Sequence[SweepTrial], *, ending: bool = False
+    ) -> None:
+        """Tell Optuna how ended trials ended; as the sweep ends, also of a trial it was asked
+        for whose job was never written (it fails: it will never run)."""
         states = await asyncio.to_thread(study.states)
         for trial in trials:
-            if trial.status.is_terminal and states.get(trial.number) is TrialState.RUNNING:
+            if trial.status.is_terminal and states.pop(trial.number, None) is TrialState.RUNNING:
                 state = OPTUNA_STATE[trial.status]
                 await asyncio.to_thread(study.tell, trial.number, state, trial.value)
+        known = {trial.number for trial in trials}
+        for number, state in states.items():
+            if ending and number not in known and state is TrialState.RUNNING:
+                await asyncio.to_thread(study.tell, number, TrialState.FAIL)
 
     # --- new trials ----------------------------------------------------------------------
 

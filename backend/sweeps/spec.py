@@ -174,7 +174,7 @@ def validate_sweep_spec(data: object) -> SweepSpec:
     issues = _parameter_issues(spec) + _search_issues(spec)
     if not issues:
         try:
-            spec.job_for(_sample(spec))
+            spec.job_for(first_values(spec))
         except InvalidInput as invalid:
             issues = [FieldIssue(_under("job", i.field), i.message) for i in invalid.issues]
     if issues:
@@ -254,7 +254,7 @@ def grid_values(parameter: FloatRange | IntRange | Categorical) -> list[Choice]:
     return [parameter.low + i * step for i in range(count)]
 
 
-def _sample(spec: SweepSpec) -> dict[str, Any]:
+def first_values(spec: SweepSpec) -> dict[str, Any]:
     """One point of the space (the lows, the first choices) to check the job spec with."""
     return {
         name: p.choices[0] if isinstance(p, Categorical) else p.low
