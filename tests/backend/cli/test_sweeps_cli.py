@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from backend.cli.sweeps import number_text, param_text, trials_table
+from backend.cli.sweeps import TrialsTable, number_text, param_text, trials_table
 from backend.sweeps.schemas import SweepRead
 from tests.conftest import ADMIN_TOKEN, AGENT_TOKEN
 from tests.support.cli import run_strata
@@ -94,13 +94,23 @@ def test_the_trials_table_has_a_column_per_parameter_and_a_row_per_trial() -> No
     assert table.columns == [
         "TRIAL", "STATUS", "lr", "units", "val_loss", "EPOCH", "JOB", "REASON"
     ]  # fmt: skip
+    # As the dashboard's table: a trial without a result shows its last intermediate value.
     assert table.rows == [
         ["0", "succeeded", "0.01235", "128", "0.1235", "9", "7", ""],
-        ["1", "pruned", "1.23e-4", "16", "-", "3", "8", "pruned at epoch 3: ASHA rung 1"],
+        ["1", "pruned", "1.235e-4", "16", "0.71", "3", "8", "pruned at epoch 3: ASHA rung 1"],
         ["2", "running", "0.05", "8", "-", "-", "9", ""],
     ]
+    assert table.intermediate == [False, True, False]
+    assert table.columns[TrialsTable.VALUE_COLUMN] == "val_loss"
     by_steps = trials_table(sweep_read([], resource="steps"))
     assert by_steps.columns[5] == "STEP" and by_steps.rows == []
+    # A parameter a trial has beyond the spec's (a spec changed under it) gets a column too.
+    extra = {"number": 0, "job_id": 1, "params": {"lr": 0.5, "units": 9, "depth": 2}}
+    assert trials_table(sweep_read([{**extra, "status": "running"}])).columns[2:5] == [
+        "lr",
+        "units",
+        "depth",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -128,15 +138,27 @@ def test_numbers_are_written_as_the_dashboard_writes_them(value: float | None, t
     assert number_text(value) == text
 
 
-def test_parameter_values() -> None:
-    assert [param_text(v) for v in (64, True, False, "adam", 0.25, 1e-5)] == [
-        "64",
-        "true",
-        "false",
-        "adam",
-        "0.25",
-        "1.00e-5",
-    ]
+@pytest.mark.parametrize(
+    ("value", "text"),
+    # What the dashboard's `paramText` (frontend/src/data/sweeps.ts) writes for each.
+    [
+        (None, "-"),
+        (64, "64"),
+        (2.0, "2"),
+        (True, "true"),
+        (False, "false"),
+        ("adam", "adam"),
+        (0.25, "0.25"),
+        (0.0123456, "0.01235"),
+        (1234.56, "1235"),
+        (12345.6, "12350"),
+        (0.000123456, "1.235e-4"),
+        (1e-5 + 1e-9, "1.000e-5"),
+        (2500000.5, "2.500e+6"),
+    ],
+)
+def test_parameter_values_are_written_as_the_dashboard_writes_them(value: Any, text: str) -> None:
+    assert param_text(value) == text
 
 
 # --- the commands against a server ----------------------------------------------------------
