@@ -25,39 +25,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from optuna.trial import TrialState
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import selectinload
 
-from agents.vocabulary import Role, TaskName
 from backend.db import utcnow
 from backend.errors import InvalidInput
 from backend.jobs.models import Job
 from backend.jobs.spec import MAX_TAGS
 from backend.jobs.states import JobStatus
+from backend.leadership.lease import NotLeader
 from backend.scheduling import new_jobs
+from backend.scheduling import sweep_reads as reads
 from backend.scheduling.task_events import end_job
 from backend.scheduling.transaction import Transaction
-from backend.streams.models import MetricPoint
 from backend.sweeps.models import Sweep, SweepTrial
 from backend.sweeps.service import best_trial
 from backend.sweeps.spec import SweepSpec
 from backend.sweeps.states import SweepStatus, TrialStatus
 from backend.sweeps.study import SweepStudy, open_storage
-from backend.teams.models import Project
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Apply = Callable[..., Awaitable[Any]]  # Controller.apply
-UNFINISHED = (SweepStatus.running, SweepStatus.stopping)
 # How a trial's end is told to Optuna.
 OPTUNA_STATE = {
     TrialStatus.succeeded: TrialState.COMPLETE,
@@ -65,15 +60,6 @@ OPTUNA_STATE = {
     TrialStatus.failed: TrialState.FAIL,
     TrialStatus.stopped: TrialState.FAIL,
 }
-
-
-@dataclass(frozen=True)
-class Point:
-    """One value of the objective as a task reported it."""
-
-    resource: int | None  # the epoch (or step) it belongs to; None: not an epoch end's
-    value: float
-    order: tuple[int, int, int]  # (attempt, step, seq): the last is the newest
 
 
 class SweepRunner:
@@ -118,19 +104,26 @@ class SweepRunner:
 
     async def run_once(self) -> None:
         async with self._lock:  # one iteration at a time (the loop's, a test's)
-            for sweep in await self._unfinished():
-                await self._advance(sweep)
+            for sweep in await reads.unfinished_sweeps(self.sessions):
+                try:
+                    await self._advance(sweep)
+                except NotLeader:
+                    raise
+                except Exception:  # one sweep's trouble is not the others'
+                    log.exception("sweep %d: an iteration failed", sweep.id)
 
     # --- one sweep --------------------------------------------------------------------
 
     async def _advance(self, sweep: Sweep) -> None:
         spec = sweep.sweep_spec
         study = await self._study(sweep, spec)
-        jobs = await self._jobs([t.job_id for t in sweep.trials if not t.status.is_terminal])
+        jobs = await reads.job_statuses(
+            self.sessions, [t.job_id for t in sweep.trials if not t.status.is_terminal]
+        )
         for trial in sweep.trials:
             if trial.status is TrialStatus.running:
                 await self._follow(sweep, spec, study, trial, jobs[trial.job_id])
-        sweep = await self._reload(sweep.id)
+        sweep = await reads.sweep_with_trials(self.sessions, sweep.id)
         await self._tell_ended(study, sweep.trials)
         running = [t for t in sweep.trials if t.status is TrialStatus.running]
         ending = self._why_it_ends(sweep, spec) if sweep.status is SweepStatus.running else None
@@ -139,11 +132,13 @@ class SweepRunner:
         if ending is not None:
             for trial in running:
                 await self._end_trial(trial, TrialStatus.stopped, "the sweep stopped", cancel=True)
-            await self._tell_ended(study, (await self._reload(sweep.id)).trials, ending=True)
+            await self._tell_ended(
+                study, (await reads.sweep_with_trials(self.sessions, sweep.id)).trials, ending=True
+            )
             await self._set_status(sweep, *ending)
             return
         await self._start_trials(sweep, spec, study, len(running))
-        sweep = await self._reload(sweep.id)
+        sweep = await reads.sweep_with_trials(self.sessions, sweep.id)
         counted = await asyncio.to_thread(study.counted)
         if counted >= spec.budget.trials and all(t.status.is_terminal for t in sweep.trials):
             await self._finish(sweep, spec)
@@ -178,11 +173,11 @@ class SweepRunner:
     ) -> None:
         """Report the trial's new intermediate values, prune it if the pruner says so, and
         record its result once its job ended."""
-        points = await self._points(trial.job_id, spec)
+        points = await reads.objective_points(self.sessions, trial.job_id, spec)
         curve = [list(p) for p in trial.curve or []]
         reported = int(curve[-1][0]) if curve else 0
         unit = "epoch" if spec.early_stopping.resource == "epochs" else "step"
-        for resource, value in _intermediate(points, after=reported):
+        for resource, value in reads.intermediate(points, after=reported):
             prune = await asyncio.to_thread(study.report, trial.number, resource, value)
             curve.append([resource, value])
             if prune:
@@ -202,7 +197,7 @@ class SweepRunner:
         reason = (
             f"its job never reported {metric}"
             if job is JobStatus.succeeded
-            else f"its job {job}: {await self._job_reason(trial.job_id)}"
+            else f"its job {job}: {await reads.job_reason(self.sessions, trial.job_id)}"
         )
         await self._end_trial(trial, TrialStatus.failed, reason, curve=curve)
 
@@ -293,7 +288,7 @@ class SweepRunner:
             await self._set_status(sweep, SweepStatus.stopping, reason)
             return False
         tags = job_spec.tags if len(job_spec.tags) >= MAX_TAGS else [*job_spec.tags, sweep.tag]
-        project = await self._project_name(sweep.project_id)
+        project = await reads.project_name(self.sessions, sweep.project_id)
         trial_spec = job_spec.model_copy(
             update={"name": f"{job_spec.name[:50]}-t{number}", "tags": tags, "project": project}
         )
@@ -354,71 +349,6 @@ class SweepRunner:
         changed: bool = await self.apply(change, frees_or_takes_capacity=False)
         return changed
 
-    async def _unfinished(self) -> list[Sweep]:
-        async with self.sessions() as session:
-            query = (
-                select(Sweep)
-                .where(Sweep.status.in_(UNFINISHED))
-                .options(selectinload(Sweep.trials))
-                .order_by(Sweep.id)
-            )
-            return list(await session.scalars(query))
-
-    async def _reload(self, sweep_id: int) -> Sweep:
-        async with self.sessions() as session:
-            query = select(Sweep).where(Sweep.id == sweep_id).options(selectinload(Sweep.trials))
-            return (await session.scalars(query)).one()
-
-    async def _jobs(self, ids: list[int]) -> dict[int, JobStatus]:
-        if not ids:
-            return {}
-        async with self.sessions() as session:
-            rows = await session.execute(select(Job.id, Job.status).where(Job.id.in_(ids)))
-            return {job_id: status for job_id, status in rows}
-
-    async def _job_reason(self, job_id: int) -> str:
-        async with self.sessions() as session:
-            return await session.scalar(select(Job.reason).where(Job.id == job_id)) or ""
-
-    async def _project_name(self, project_id: int) -> str:
-        async with self.sessions() as session:
-            return (
-                await session.scalar(select(Project.name).where(Project.id == project_id))
-            ) or ""
-
-    async def _points(self, job_id: int, spec: SweepSpec) -> list[Point]:
-        """The objective's values from one task of the job (the first of chief, worker 0, ...
-        that reported it), each with the epoch (or step) it was reported at."""
-        metric = spec.objective.metric
-        async with self.sessions() as session:
-            result = await session.execute(
-                select(
-                    MetricPoint.task,
-                    MetricPoint.attempt,
-                    MetricPoint.step,
-                    MetricPoint.seq,
-                    MetricPoint.name,
-                    MetricPoint.value,
-                ).where(MetricPoint.job_id == job_id, MetricPoint.name.in_((metric, "epoch")))
-            )
-            rows: list[tuple[str, int, int, int, str, float | None]] = [
-                (r.task, r.attempt, r.step, r.seq, r.name, r.value) for r in result
-            ]
-        reporting = sorted({r[0] for r in rows if r[4] == metric}, key=_task_order)
-        if not reporting:
-            return []
-        task = reporting[0]
-        epochs = {(a, s): v for t, a, s, _, n, v in rows if t == task and n == "epoch"}
-        by_epochs = spec.early_stopping.resource == "epochs"
-        points = []
-        for t, attempt, step, seq, name, value in rows:
-            if t != task or name != metric or value is None or not math.isfinite(value):
-                continue
-            epoch = epochs.get((attempt, step))
-            resource = (None if epoch is None else int(epoch)) if by_epochs else int(step)
-            points.append(Point(resource, float(value), (attempt, step, seq)))
-        return points
-
     async def _study(self, sweep: Sweep, spec: SweepSpec) -> SweepStudy:
         study = self._studies.get(sweep.id)
         if study is None:
@@ -429,25 +359,3 @@ class SweepRunner:
             )
             self._studies[sweep.id] = study
         return study
-
-
-def _intermediate(points: Sequence[Point], *, after: int) -> list[tuple[int, float]]:
-    """Each epoch's (or step's) value after `after`, in order; a resource reported again (by
-    a restarted attempt) counts with its newest value."""
-    newest: dict[int, Point] = {}
-    for point in points:
-        if point.resource is None or point.resource <= after:
-            continue
-        kept = newest.get(point.resource)
-        if kept is None or point.order > kept.order:
-            newest[point.resource] = point
-    return [(resource, newest[resource].value) for resource in sorted(newest)]
-
-
-def _task_order(task: str) -> tuple[int, int]:
-    """chief, worker:0, worker:1, ..., ps, evaluator: whose report of the objective counts."""
-    try:
-        name = TaskName.parse(task)
-    except ValueError:
-        return len(Role), 0
-    return list(Role).index(name.role), name.index
