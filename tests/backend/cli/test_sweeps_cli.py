@@ -326,3 +326,32 @@ def test_an_unknown_sweep_is_a_clear_error(server_url: str) -> None:
         result = strata("sweep", *args, url=server_url)
         assert result.returncode == 1
         assert "error (404)" in result.stderr and "9999" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_file_that_is_not_yaml_is_sent_as_it_is(server_url: str, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    result = strata("sweep", "create", str(broken), url=server_url)
+    assert result.returncode == 1 and result.stdout == ""
+    assert "error (422)" in result.stderr  # the server's own words about the document
+
+
+@pytest.mark.slow
+def test_the_job_code_dir_goes_with_the_sweep(server_url: str, tmp_path: Path) -> None:
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec["job"]["code"] = {"dir": "code"}
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hello')\n")
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = strata("sweep", "create", str(path), url=server_url)
+    assert result.returncode == 0, result.stderr
+    assert "code bundle " in result.stdout and "(1 files," in result.stdout
+    sweep_id = result.stdout.splitlines()[-2].split()[1]
+    sha256 = get_sweep(server_url, sweep_id)["spec"]["job"]["code"]["sha256"]
+    assert len(sha256) == 64 and result.stdout.startswith(f"code bundle {sha256[:12]}")
+    assert strata("sweep", "stop", sweep_id, url=server_url).returncode == 0
+
+    elsewhere = strata("sweep", "create", str(EXAMPLE), "--project", "nowhere", url=server_url)
+    assert elsewhere.returncode == 1 and "no project named nowhere" in elsewhere.stderr
