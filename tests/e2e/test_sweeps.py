@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cluster import Cluster, SplitCluster, local_cluster, split_cluster
+from tests.support.cluster import (
+    Cluster,
+    SplitCluster,
+    local_cluster,
+    split_cluster,
+    wait_warm_idle,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -71,8 +77,8 @@ def chief_starts(cluster: Cluster, job_id: int) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def warm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """`strata up` with two agents of its own, each keeping three warm processes (more than a
-    trial at a time per agent, so that a pruned trial's successor finds one ready)."""
+    """`strata up` with two agents of its own, each keeping three warm processes (more than
+    the trials it runs at once, so that a pruned trial's successor finds one ready)."""
     previous = os.environ.get("STRATA_AGENT_WARM_POOL")
     os.environ["STRATA_AGENT_WARM_POOL"] = "3"
     try:
@@ -81,6 +87,8 @@ def warm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 running.start_agent(host, 2, f"{26500 + 100 * index}-{26599 + 100 * index}")
             for host in HOSTS:
                 running.wait_host(host, "online")
+            for host in HOSTS:
+                wait_warm_idle(running, host, 2, timeout=300)
             yield running
     finally:
         if previous is None:

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.cluster import Cluster, local_cluster
+from tests.support.cluster import Cluster, local_cluster, wait_warm_idle
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("warm-0", "warm-1")
-IDLE = re.compile(r"warm process \d+ (?:ready|taken) \((\d+) idle")
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +48,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 EPOCH = re.compile(r"epoch=(\d+) ")
 
 
-def idle_warm_processes(cluster: Cluster, host: str) -> int:
-    """How many warm processes the agent last said it had idle (0 before the first)."""
-    log = (cluster.data_dir / f"agent-{host}.log").read_text(errors="replace")
-    counts = IDLE.findall(log)
-    return int(counts[-1]) if counts else 0
-
-
-def wait_idle(cluster: Cluster, host: str, at_least: int, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while idle_warm_processes(cluster, host) < at_least:
-        assert time.monotonic() < deadline, f"{host} has no warm process idle"
-        time.sleep(0.5)
-
-
 def last_epoch(lines: list[str]) -> int:
     """The highest `epoch=N` the chief's log lines name (0 before the first)."""
     return max((int(m[1]) for line in lines if (m := EPOCH.search(line))), default=0)
@@ -80,7 +64,7 @@ def task(job: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_a_killed_ps_worker_comes_back_warm_in_a_process_of_its_own(cluster: Cluster) -> None:
     for host in HOSTS:
-        wait_idle(cluster, host, 2)
+        wait_warm_idle(cluster, host, 2)
     spec: dict[str, Any] = yaml.safe_load((REPO / "examples" / "digits_ps.yaml").read_text())
     # Long enough to outlast the pool's refill, which waits while training keeps the CPUs busy
     # (up to 30 s): the job is cancelled at the end.
@@ -95,7 +79,7 @@ def test_a_killed_ps_worker_comes_back_warm_in_a_process_of_its_own(cluster: Clu
     )
     running = cluster.job(job["id"])
     worker = task(running, "worker:1")
-    wait_idle(cluster, worker["host"], 1)  # refilled after the first starts took theirs
+    wait_warm_idle(cluster, worker["host"], 1)  # refilled after the first starts took theirs
     os.kill(worker["pid"], signal.SIGKILL)
     reached = last_epoch(cluster.logs(job["id"], "chief:0"))
     attempt = worker["attempt"] + 1
@@ -152,7 +136,7 @@ def test_a_script_sees_the_same_warm_as_cold_and_warm_start_false_is_cold(
     cluster: Cluster,
 ) -> None:
     for host in HOSTS:
-        wait_idle(cluster, host, 1)
+        wait_warm_idle(cluster, host, 1)
     warm = cluster.submit(script_job("warm-script"))
     cold = cluster.submit(script_job("cold-script", warm_start=False))
     for job in (warm, cold):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -19,6 +20,7 @@ from tests.support.postgres import free_port
 from tests.support.processes import STRATA, stop, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
+WARM_IDLE = re.compile(r"warm process \d+ (?:ready|taken) \((\d+) idle")
 
 
 @dataclass
@@ -327,3 +329,18 @@ def stream_frames(
     if stop_at is None:
         raise AssertionError(f"stream of job {job_id} did not reach its end within {timeout}s")
     return frames
+
+
+def idle_warm_processes(cluster: Cluster, host: str) -> int:
+    """How many warm processes the agent last said it had idle (0 before the first)."""
+    log = (cluster.data_dir / f"agent-{host}.log").read_text(errors="replace")
+    counts = WARM_IDLE.findall(log)
+    return int(counts[-1]) if counts else 0
+
+
+def wait_warm_idle(cluster: Cluster, host: str, at_least: int, timeout: float = 180) -> None:
+    """Until the agent says it has this many warm processes idle (TensorFlow imported)."""
+    deadline = time.monotonic() + timeout
+    while idle_warm_processes(cluster, host) < at_least:
+        assert time.monotonic() < deadline, f"{host} has no warm process idle"
+        time.sleep(0.5)
