@@ -37,6 +37,9 @@ export interface SweepChartProps {
   legend?: { label: string; color: string | number; dash?: boolean }[];
 }
 
+// A log axis leaves some of its ticks unlabelled: they come as null.
+const tickText = (t: number | null): string => (t === null || t === undefined ? "" : tick(t));
+
 const GREY = { light: "#9aa1ab", dark: "#6b7280" };
 
 export function colorOf(color: string | number, theme: Theme): string {
@@ -84,16 +87,16 @@ export function SweepChart({ id, title, x, series, xName, xLabels, xLog, empty, 
         : { time: false, range: (_u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) };
     const xAxis: uPlot.Axis = labels
       ? { ...axis, size: 30, splits: () => labels.map((_l, i) => i), values: (_u, ticks) => ticks.map((t) => labels[t] ?? "") }
-      : { ...axis, size: 30, values: (_u, ticks) => ticks.map((t) => tick(t)) };
+      : { ...axis, size: 30, values: (_u, ticks) => ticks.map(tickText) };
     const options: uPlot.Options = {
       width,
       height,
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: { x: xScale },
-      axes: [xAxis, { ...axis, size: 52, values: (_u, ticks) => ticks.map((t) => tick(t)) }],
+      axes: [xAxis, { ...axis, size: 52, values: (_u, ticks) => ticks.map(tickText) }],
       series: [
-        { label: xName, value: (_u: uPlot, v: number | null) => (v === null ? "–" : labels ? (labels[v] ?? "–") : tick(v)) },
+        { label: xName, value: (_u: uPlot, v: number | null) => (v === null ? "–" : labels ? (labels[v] ?? "–") : tickText(v)) },
         ...series.map((s) => {
           const stroke = colorOf(s.color, theme);
           const last = lastPoint(s.values);
