@@ -31,6 +31,8 @@ export interface SweepChartProps {
   /** Category names: x values are their indices. */
   xLabels?: string[] | null;
   xLog?: boolean;
+  /** x is a count (trial numbers, epochs): ticks at whole numbers only. */
+  xWhole?: boolean;
   empty: string;
   height?: number;
   /** Legend entries beside the title. */
@@ -40,6 +42,8 @@ export interface SweepChartProps {
 // A log axis leaves some of its ticks unlabelled: they come as null.
 const tickText = (t: number | null): string => (t === null || t === undefined ? "" : tick(t));
 
+const WHOLE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000];
+
 const GREY = { light: "#9aa1ab", dark: "#6b7280" };
 
 export function colorOf(color: string | number, theme: Theme): string {
@@ -47,7 +51,7 @@ export function colorOf(color: string | number, theme: Theme): string {
   return color === "grey" ? GREY[theme] : color;
 }
 
-export function SweepChart({ id, title, x, series, xName, xLabels, xLog, empty, height = 200, legend }: SweepChartProps) {
+export function SweepChart({ id, title, x, series, xName, xLabels, xLog, xWhole, empty, height = 200, legend }: SweepChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const [width, setWidth] = useState(0);
@@ -87,7 +91,7 @@ export function SweepChart({ id, title, x, series, xName, xLabels, xLog, empty, 
         : { time: false, range: (_u, min, max) => (min === max ? [min - 1, max + 1] : [min, max]) };
     const xAxis: uPlot.Axis = labels
       ? { ...axis, size: 30, splits: () => labels.map((_l, i) => i), values: (_u, ticks) => ticks.map((t) => labels[t] ?? "") }
-      : { ...axis, size: 30, values: (_u, ticks) => ticks.map(tickText) };
+      : { ...axis, size: 30, values: (_u, ticks) => ticks.map(tickText), ...(xWhole ? { incrs: WHOLE } : {}) };
     const options: uPlot.Options = {
       width,
       height,
@@ -125,7 +129,7 @@ export function SweepChart({ id, title, x, series, xName, xLabels, xLog, empty, 
       ],
     };
     plot.current = new uPlot(options, [x, ...series.map((s) => s.values)] as uPlot.AlignedData, element);
-  }, [key, theme, width, height]);
+  }, [key, theme, width, height, xWhole]);
 
   return (
     <section class="card chart-card" data-testid={`chart-${id}`} data-series={series.length} data-points={x.length} data-x-log={xLog ? "true" : "false"}>

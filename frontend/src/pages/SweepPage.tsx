@@ -228,6 +228,7 @@ function ObjectiveChart({ sweep }: { sweep: Sweep }) {
       x={columns.x}
       series={series}
       xName="trial"
+      xWhole
       empty="No trial has reported the objective yet."
       legend={legendOf(series)}
     />
@@ -253,9 +254,10 @@ function SweepCharts({ sweep }: { sweep: Sweep }) {
         x={curves.x}
         series={curveSeries}
         xName={unit}
+        xWhole
         empty="No trial has reported an intermediate value yet."
         legend={[
-          { label: "ran on", color: 0 },
+          { label: "ran to the end", color: 0 },
           { label: "pruned (● where it stopped)", color: "grey", dash: true },
         ]}
       />
