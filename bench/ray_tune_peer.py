@@ -23,10 +23,11 @@ examples/digits_sweep.yaml, the spec Strata runs (`settings_from_spec`):
   new worker process, which imports TensorFlow.
 
 The clock starts at `Tuner.fit()` (Ray already up, as Strata's server and agents are) and
-stops when it returns. A `tune.Callback` on the driver records when each trial was added and
-started, each result as the driver got it, and when the trial completed; the trainable puts
-its own wall times (entered, first training step, each report) in every result. All clocks
-are `time.time()` on one machine.
+stops when it returns. A `tune.Callback` on the driver records when each trial started, each
+result as the driver got it, and when the trial completed; a subclass of the scheduler, when
+each trial was added (a callback is not told) and when ASHA decided to stop it. The trainable
+puts its own wall times (entered, TensorFlow imported, first training step, each report) in
+every result. All clocks are `time.time()` on one machine.
 """
 
 from __future__ import annotations
@@ -171,9 +172,6 @@ def _timeline_callback() -> Any:
                 trial.trial_id, {"config": dict(trial.config), "results": []}
             )
 
-        def on_trial_add(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-            self._of(trial)["added"] = time.time()
-
         def on_trial_start(
             self, iteration: int, trials: list[Any], trial: Any, **info: Any
         ) -> None:
@@ -199,6 +197,25 @@ def _timeline_callback() -> Any:
     return Timeline()
 
 
+def _timed_asha(timeline: Any, **settings: Any) -> Any:
+    """Tune's ASHAScheduler, noting in the timeline when each trial was added (a tune.Callback
+    is not told) and when the scheduler decided to stop it."""
+    from ray.tune.schedulers import ASHAScheduler, TrialScheduler
+
+    class TimedASHA(ASHAScheduler):
+        def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+            timeline._of(trial)["added"] = time.time()
+            super().on_trial_add(tune_controller, trial)
+
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> Any:
+            decision = super().on_trial_result(tune_controller, trial, result)
+            if decision == TrialScheduler.STOP:
+                timeline._of(trial)["stop_decided"] = time.time()
+            return decision
+
+    return TimedASHA(**settings)
+
+
 @dataclass
 class TuneRun:
     began: float  # Tuner.fit() called
@@ -216,7 +233,6 @@ def tune_run(settings: SweepSettings, *, seed: int, workdir: Path) -> TuneRun:
     from optuna.samplers import TPESampler
     from ray import tune
     from ray._private.ray_constants import RAY_WORKER_NICENESS  # "RAY_worker_niceness"
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
     # Ray runs its workers at niceness 15 by default; Strata's tasks run at 0. On a machine
@@ -259,7 +275,8 @@ def tune_run(settings: SweepSettings, *, seed: int, workdir: Path) -> TuneRun:
                 metric=settings.metric,
                 mode="min",
                 search_alg=OptunaSearch(sampler=TPESampler(seed=seed)),
-                scheduler=ASHAScheduler(
+                scheduler=_timed_asha(
+                    timeline,
                     time_attr="training_iteration",
                     max_t=settings.epochs,
                     grace_period=settings.min_resource,

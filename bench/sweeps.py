@@ -159,6 +159,10 @@ def summarise_side(
         "trials": len(trials),
         "succeeded": len(done),
         "pruned": sum(1 for t in trials if t["status"] == "pruned"),
+        # Pruned when reporting its last epoch: it trained in full, but its result is dropped.
+        "pruned_at_last_epoch": sum(
+            1 for t in trials if t["status"] == "pruned" and t["epochs"] >= epochs
+        ),
         "failed": sum(1 for t in trials if t["status"] not in ("succeeded", "pruned")),
         "epochs_trained": sum(t["epochs"] for t in trials),
         "full_runs": sum(1 for t in trials if t["epochs"] >= epochs),
@@ -211,7 +215,11 @@ def strata_trial(cluster: Cluster, trial: dict[str, Any], t0: float) -> dict[str
         if found := FIRST_STEP.search(line):
             first_step = float(found.group(1))
             break
-    starts = [e["message"] for e in events if e["message"] and "started " in e["message"]]
+    starts = [
+        e["message"]
+        for e in events
+        if e["task"] == "chief:0" and e["message"] and " started " in e["message"]
+    ]
     cancelled = [
         epoch_seconds(e["at"])
         for e in events
@@ -233,13 +241,14 @@ def strata_trial(cluster: Cluster, trial: dict[str, Any], t0: float) -> dict[str
         ended=ended,
         t0=t0,
     )
-    running = [
-        epoch_seconds(e["at"])
+    started = [epoch_seconds(e["at"]) for e in events if e["message"] in starts]
+    if started:
+        record["task_started"] = round(started[0] - t0, 3)  # the agent's start, as recorded
+    record["reason"] = trial["reason"]
+    record["events"] = [
+        [round(epoch_seconds(e["at"]) - t0, 3), e["task"], e["to_status"], e["message"]]
         for e in events
-        if e["task"] == "chief:0" and e["to_status"] == "running"
     ]
-    if running:
-        record["task_running"] = round(running[0] - t0, 3)
     record["job_id"] = job_id
     record["start_events"] = starts
     record["warm"] = any("started warm" in m for m in starts)
@@ -270,6 +279,7 @@ def strata_repetition(cluster: Cluster, spec: dict[str, Any], settings: SweepSet
         "reason": sweep["reason"],
         "observed_wall_s": round(observed - t0, 3),
         "sweep_id": sweep_id,
+        "sweep_best": sweep["best"]["value"] if sweep["best"] else None,
     }
     return {"summary": summary, "trials": trials}
 
