@@ -178,7 +178,10 @@ class SweepRunner:
         reported = int(curve[-1][0]) if curve else 0
         unit = "epoch" if spec.early_stopping.resource == "epochs" else "step"
         for resource, value in reads.intermediate(points, after=reported):
-            prune = await asyncio.to_thread(study.report, trial.number, resource, value)
+            # A job that already ended ran to its end: what it reported is its result.
+            prune = await asyncio.to_thread(
+                study.report, trial.number, resource, value, judge=not job.is_terminal
+            )
             curve.append([resource, value])
             if prune:
                 rule = await asyncio.to_thread(study.prune_rule, trial.number)

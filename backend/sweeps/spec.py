@@ -8,7 +8,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agents.protocol import METRIC_NAME_PATTERN
 from backend.errors import FieldIssue, InvalidInput
@@ -140,7 +147,7 @@ class EarlyStopping(_Strict):
 class SweepSpec(_Strict):
     """A hyperparameter search: trials of `job`, each with its parameters written in."""
 
-    name: str = Field(pattern=NAME_PATTERN.pattern)
+    name: str = Field(description="Short and safe: letters, digits, '.', '_' and '-'.")
     job: dict[str, Any] = Field(
         description="A job spec; ${params.NAME} in its env values and entrypoint items is "
         "replaced by each trial's value."
@@ -150,6 +157,16 @@ class SweepSpec(_Strict):
     budget: Budget
     sampler: Sampler = Sampler()
     early_stopping: EarlyStopping = EarlyStopping()
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not NAME_PATTERN.fullmatch(value):
+            raise ValueError(
+                "a name is 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or "
+                f"digit; got {value!r}"
+            )
+        return value
 
     def job_for(self, params: dict[str, Any]) -> JobSpec:
         """The trial's job spec: the template with `params` written in, validated."""
@@ -236,11 +253,25 @@ def _search_issues(spec: SweepSpec) -> list[FieldIssue]:
             issues.append(
                 FieldIssue("parameters", f"the grid has {points} points, over {MAX_GRID_POINTS}")
             )
+        elif not stepless and budget.trials > points:
+            issues.append(
+                FieldIssue(
+                    "budget.trials",
+                    f"the grid has {points} points: more trials would repeat some of them",
+                )
+            )
     if stopping.type == "hyperband" and stopping.max_resource is None:
         issues.append(
             FieldIssue("early_stopping.max_resource", "hyperband needs a full trial's resource")
         )
-    if stopping.max_resource is not None and stopping.max_resource < stopping.min_resource:
+    if stopping.max_resource is not None and stopping.type != "hyperband":
+        issues.append(
+            FieldIssue(
+                "early_stopping.max_resource",
+                f"only hyperband takes a max_resource; this is {stopping.type}",
+            )
+        )
+    elif stopping.max_resource is not None and stopping.max_resource < stopping.min_resource:
         issues.append(FieldIssue("early_stopping.max_resource", "must be at least min_resource"))
     return issues
 

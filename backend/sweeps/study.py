@@ -163,11 +163,12 @@ class SweepStudy:
     def params(self, number: int) -> dict[str, Any]:
         return dict(self._frozen(number).params)
 
-    def report(self, number: int, resource: int, value: float) -> bool:
-        """Report an intermediate value; whether the pruner stops the trial there."""
+    def report(self, number: int, resource: int, value: float, *, judge: bool = True) -> bool:
+        """Report an intermediate value; whether the pruner stops the trial there (never
+        when not asked to `judge`: a trial whose job already ended is not pruned)."""
         trial = Trial(self.study, self._trial_id(number))
         trial.report(value, resource)
-        return trial.should_prune()
+        return judge and trial.should_prune()
 
     def tell(self, number: int, state: TrialState, value: float | None = None) -> None:
         """Record how the trial ended (once: a trial already ended is left as it is)."""

@@ -56,6 +56,10 @@ ROUTES: list[tuple[str, str]] = [
     ("DELETE", "/projects/vision/members/alice"),
     ("PUT", "/projects/vision/quota"),
     ("GET", "/audit"),
+    ("POST", "/sweeps"),
+    ("GET", "/sweeps"),
+    ("GET", "/sweeps/1"),
+    ("POST", "/sweeps/1/stop"),
 ]
 # Routes that decide by the caller's role in projects rather than by the token's kind alone:
 # an agent is refused with a message of their own.
@@ -81,6 +85,7 @@ async def test_the_route_list_covers_every_protected_route(api: Api) -> None:
             .replace("/members/alice", "/members/{user}")
             .replace("/hosts/local-0", "/hosts/{name}")
             .replace("/client/7", "/client/{session}")
+            .replace("/sweeps/1", "/sweeps/{sweep_id}")
             .replace("/1", "/{job_id}")
             .replace("chief:0", "{task}")
             .replace(SHA, "{sha256}"),

@@ -98,3 +98,20 @@ def test_search_rules() -> None:
 
 def test_a_spec_must_be_a_mapping() -> None:
     assert issues([1]) == {"": "a sweep spec must be a mapping of fields, got list"}
+
+
+def test_a_name_is_safe_whole() -> None:
+    assert set(issues(sweep_doc(name="a/b"))) == {"name"}
+    assert set(issues(sweep_doc(name="x" * 64))) == {"name"}
+
+
+def test_a_grid_is_not_visited_twice_and_max_resource_is_hyperbands() -> None:
+    doc = sweep_doc(sampler={"type": "grid"}, budget={"trials": 7, "parallel": 1})
+    doc["parameters"]["lr"] = {"type": "float", "low": 0.1, "high": 0.2, "step": 0.1}
+    assert issues(doc) == {
+        "budget.trials": "the grid has 6 points: more trials would repeat some of them"
+    }
+    doc = sweep_doc(early_stopping={"type": "asha", "max_resource": 9})
+    assert issues(doc) == {
+        "early_stopping.max_resource": "only hyperband takes a max_resource; this is asha"
+    }

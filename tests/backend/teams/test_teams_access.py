@@ -105,6 +105,7 @@ def fill(path: str, job_id: int, *, user: str, project: str) -> str:
         "name": project,
         "user": user,
         "sha256": "0" * 64,
+        "sweep_id": "999",
     }
     if path.startswith("/users/"):
         values["name"] = user
@@ -159,6 +160,10 @@ def expected_outside_jobs(method: str, path: str, role: str) -> set[int] | None:
         ("DELETE", "/projects/{name}/members/{user}"): None if role == "admin" else {403},
         ("PUT", "/projects/{name}/quota"): admin_only,  # a project admin may not raise its own
         ("GET", "/audit"): None if role == "admin" else {403},
+        ("POST", "/sweeps"): None,  # the body is checked first (422), the project after
+        ("GET", "/sweeps"): None,
+        ("GET", "/sweeps/{sweep_id}"): {404},  # sweep 999 does not exist
+        ("POST", "/sweeps/{sweep_id}/stop"): {404},
     }
     return table[(method, path)]
 
