@@ -45,6 +45,28 @@ def make_spec(base: str = "parameter_server", /, **overrides: Any) -> dict[str, 
     return spec
 
 
+def make_sweep_spec(**overrides: Any) -> dict[str, Any]:
+    """A valid sweep spec: a mirrored job searched over lr and units, top-level fields
+    replaced."""
+    job = make_spec("mirrored")
+    job["entrypoint"] = ["python", "train.py", "--lr", "${params.lr}"]
+    job["env"] = {"UNITS": "${params.units}"}
+    doc: dict[str, Any] = {
+        "name": "search",
+        "job": job,
+        "parameters": {
+            "lr": {"type": "float", "low": 1e-4, "high": 0.1, "log": True},
+            "units": {"type": "categorical", "choices": [16, 32, 64]},
+        },
+        "objective": {"metric": "val_loss", "direction": "minimize"},
+        "budget": {"trials": 4, "parallel": 2, "max_failed": 1},
+        "sampler": {"type": "random", "seed": 3},
+        "early_stopping": {"type": "asha", "min_resource": 1, "reduction_factor": 2},
+    }
+    doc.update(overrides)
+    return doc
+
+
 async def make_host(
     session: AsyncSession,
     name: str = "host-a",

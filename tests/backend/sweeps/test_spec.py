@@ -9,7 +9,7 @@ import pytest
 from backend.errors import InvalidInput
 from backend.sweeps.params import filled_in
 from backend.sweeps.spec import validate_sweep_spec
-from tests.backend.sweeps.test_sweeps_api import sweep_doc
+from tests.support.factories import make_sweep_spec
 
 
 def issues(doc: Any) -> dict[str, str]:
@@ -19,7 +19,7 @@ def issues(doc: Any) -> dict[str, str]:
 
 
 def test_the_example_is_valid_and_its_trials_get_their_values() -> None:
-    spec = validate_sweep_spec(sweep_doc())
+    spec = validate_sweep_spec(make_sweep_spec())
     job = spec.job_for({"lr": 0.00123, "units": 32})
     assert job.entrypoint == ["python", "train.py", "--lr", "0.00123"]
     assert job.env["UNITS"] == "32"
@@ -36,7 +36,7 @@ def test_values_are_written_as_json_writes_them_and_strings_as_they_are() -> Non
 
 
 def test_fields_are_named() -> None:
-    doc = sweep_doc()
+    doc = make_sweep_spec()
     doc["parameters"]["units"] = {"type": "int", "low": 5, "high": 2}
     doc["parameters"]["lr"] = {"type": "float", "low": 0, "high": 1, "log": True}
     doc["objective"] = {"metric": "val loss", "direction": "up"}
@@ -59,7 +59,7 @@ def test_fields_are_named() -> None:
 
 
 def test_references_must_match_parameters_and_be_in_env_or_entrypoint() -> None:
-    doc = sweep_doc()
+    doc = make_sweep_spec()
     doc["job"]["env"] = {"UNITS": "${params.width}"}
     doc["job"]["name"] = "trial-${params.lr}"
     found = issues(doc)
@@ -69,16 +69,16 @@ def test_references_must_match_parameters_and_be_in_env_or_entrypoint() -> None:
 
 
 def test_the_job_spec_is_checked_with_the_values_written_in() -> None:
-    doc = sweep_doc()
+    doc = make_sweep_spec()
     doc["job"]["replicas"] = {"chief": {"count": 1}, "ps": {"count": 1}}
     assert issues(doc) == {"job.replicas.ps.count": "mirrored takes no ps"}
-    doc = sweep_doc()
+    doc = make_sweep_spec()
     doc["job"]["strategy"] = "pipeline"
     assert set(issues(doc)) == {"job.strategy"}
 
 
 def test_search_rules() -> None:
-    doc = sweep_doc(
+    doc = make_sweep_spec(
         sampler={"type": "grid"},
         early_stopping={"type": "hyperband", "min_resource": 3},
         budget={"trials": 2, "parallel": 3},
@@ -101,17 +101,17 @@ def test_a_spec_must_be_a_mapping() -> None:
 
 
 def test_a_name_is_safe_whole() -> None:
-    assert set(issues(sweep_doc(name="a/b"))) == {"name"}
-    assert set(issues(sweep_doc(name="x" * 64))) == {"name"}
+    assert set(issues(make_sweep_spec(name="a/b"))) == {"name"}
+    assert set(issues(make_sweep_spec(name="x" * 64))) == {"name"}
 
 
 def test_a_grid_is_not_visited_twice_and_max_resource_is_hyperbands() -> None:
-    doc = sweep_doc(sampler={"type": "grid"}, budget={"trials": 7, "parallel": 1})
+    doc = make_sweep_spec(sampler={"type": "grid"}, budget={"trials": 7, "parallel": 1})
     doc["parameters"]["lr"] = {"type": "float", "low": 0.1, "high": 0.2, "step": 0.1}
     assert issues(doc) == {
         "budget.trials": "the grid has 6 points: more trials would repeat some of them"
     }
-    doc = sweep_doc(early_stopping={"type": "asha", "max_resource": 9})
+    doc = make_sweep_spec(early_stopping={"type": "asha", "max_resource": 9})
     assert issues(doc) == {
         "early_stopping.max_resource": "only hyperband takes a max_resource; this is asha"
     }

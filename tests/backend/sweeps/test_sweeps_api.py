@@ -4,39 +4,21 @@ Optuna's real storage; trials' metrics are written as the ingest writes them."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm.exc import StaleDataError
 
+from backend.db import utcnow
 from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
 from backend.scheduling.sweep_runner import SweepRunner
 from backend.streams.models import MetricPoint
-from backend.sweeps.models import SweepTrial
+from backend.sweeps.models import Sweep, SweepTrial
 from tests.conftest import Api
-from tests.support.factories import make_spec
-
-
-def sweep_doc(**overrides: Any) -> dict[str, Any]:
-    job = make_spec("mirrored")
-    job["entrypoint"] = ["python", "train.py", "--lr", "${params.lr}"]
-    job["env"] = {"UNITS": "${params.units}"}
-    doc: dict[str, Any] = {
-        "name": "search",
-        "job": job,
-        "parameters": {
-            "lr": {"type": "float", "low": 1e-4, "high": 0.1, "log": True},
-            "units": {"type": "categorical", "choices": [16, 32, 64]},
-        },
-        "objective": {"metric": "val_loss", "direction": "minimize"},
-        "budget": {"trials": 4, "parallel": 2, "max_failed": 1},
-        "sampler": {"type": "random", "seed": 3},
-        "early_stopping": {"type": "asha", "min_resource": 1, "reduction_factor": 2},
-    }
-    doc.update(overrides)
-    return doc
+from tests.support.factories import make_sweep_spec
 
 
 def runner_of(api: Api) -> SweepRunner:
@@ -107,7 +89,7 @@ async def end_job(api: Api, job_id: int, status: JobStatus, reason: str | None =
 
 
 async def test_a_sweep_is_validated_field_by_field(sweeps_api: Api) -> None:
-    bad = sweep_doc(budget={"trials": 2, "parallel": 3})
+    bad = make_sweep_spec(budget={"trials": 2, "parallel": 3})
     bad["parameters"]["lr"] = {"type": "float", "low": -1, "high": 0.1, "log": True}
     bad["job"]["replicas"] = {"chief": {"count": 2}}
     answer = await sweeps_api.http.post("/sweeps", json=bad)
@@ -125,7 +107,7 @@ async def test_a_sweep_is_validated_field_by_field(sweeps_api: Api) -> None:
 
 async def test_trials_run_as_jobs_and_asha_prunes_one(sweeps_api: Api) -> None:
     api = sweeps_api
-    answer = await api.http.post("/sweeps", json=sweep_doc())
+    answer = await api.http.post("/sweeps", json=make_sweep_spec())
     assert answer.status_code == 201, answer.text
     sweep_id = answer.json()["id"]
     runner = runner_of(api)
@@ -159,7 +141,7 @@ async def test_trials_run_as_jobs_and_asha_prunes_one(sweeps_api: Api) -> None:
 
 async def test_a_stop_cancels_running_trials_and_starts_none(sweeps_api: Api) -> None:
     api = sweeps_api
-    sweep_id = (await api.http.post("/sweeps", json=sweep_doc())).json()["id"]
+    sweep_id = (await api.http.post("/sweeps", json=make_sweep_spec())).json()["id"]
     await runner_of(api).run_once()
     stopped = await api.http.post(f"/sweeps/{sweep_id}/stop", json={"reason": "enough"})
     assert stopped.status_code == 200 and stopped.json()["status"] == "stopping"
@@ -174,7 +156,7 @@ async def test_a_stop_cancels_running_trials_and_starts_none(sweeps_api: Api) ->
 
 async def test_a_finished_budget_names_the_best_trial(sweeps_api: Api) -> None:
     api = sweeps_api
-    doc = sweep_doc(budget={"trials": 2, "parallel": 2}, early_stopping={"type": "none"})
+    doc = make_sweep_spec(budget={"trials": 2, "parallel": 2}, early_stopping={"type": "none"})
     sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
     runner = runner_of(api)
     await runner.run_once()
@@ -210,13 +192,11 @@ def fresh_runner(api: Api) -> SweepRunner:
 
 async def test_a_trial_asked_for_before_a_crash_is_started_after_it(sweeps_api: Api) -> None:
     api = sweeps_api
-    doc = sweep_doc(budget={"trials": 3, "parallel": 2})
+    doc = make_sweep_spec(budget={"trials": 3, "parallel": 2})
     sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
     # The server asked Optuna for trial 0 and died before its job was written.
     runner = fresh_runner(api)
     async with api.session() as session:
-        from backend.sweeps.models import Sweep
-
         stored = await session.get_one(Sweep, sweep_id)
         study = await runner._study(stored, stored.sweep_spec)
     asked = await asyncio.to_thread(study.ask)
@@ -238,7 +218,7 @@ async def test_a_trial_asked_for_before_a_crash_is_started_after_it(sweeps_api: 
 
 async def test_more_failures_than_allowed_end_the_sweep_with_the_reason(sweeps_api: Api) -> None:
     api = sweeps_api
-    doc = sweep_doc(budget={"trials": 4, "parallel": 2, "max_failed": 1})
+    doc = make_sweep_spec(budget={"trials": 4, "parallel": 2, "max_failed": 1})
     sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
     runner = runner_of(api)
     await runner.run_once()
@@ -257,7 +237,7 @@ async def test_more_failures_than_allowed_end_the_sweep_with_the_reason(sweeps_a
 
 async def test_the_median_rule_names_itself(sweeps_api: Api) -> None:
     api = sweeps_api
-    doc = sweep_doc(
+    doc = make_sweep_spec(
         budget={"trials": 3, "parallel": 3},
         early_stopping={"type": "median", "startup_trials": 0, "min_resource": 1},
     )
@@ -276,3 +256,44 @@ async def test_the_median_rule_names_itself(sweeps_api: Api) -> None:
     assert now[1]["status"] == "pruned"
     assert now[1]["reason"] == "pruned at epoch 1: worse than the median of completed trials"
     assert now[2]["status"] == "running"
+
+
+async def test_a_sweep_past_its_wall_time_stops_with_what_it_found(sweeps_api: Api) -> None:
+    api = sweeps_api
+    doc = make_sweep_spec(budget={"trials": 4, "parallel": 2, "wall_time": 60})
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    assert len(await trials(api, sweep_id)) == 2
+    async with api.session() as session:  # a minute later
+        began = utcnow() - timedelta(seconds=61)
+        await session.execute(update(Sweep).where(Sweep.id == sweep_id).values(created_at=began))
+        await session.commit()
+    await runner.run_once()
+    read = (await api.http.get(f"/sweeps/{sweep_id}")).json()
+    assert read["status"] == "stopped" and read["reason"] == "its wall time of 60 s ran out"
+    assert [(t["status"], t["job_status"]) for t in read["trials"]] == [
+        ("stopped", "cancelled")
+    ] * 2
+
+
+async def test_hyperband_reports_and_completes_trials(sweeps_api: Api) -> None:
+    api = sweeps_api
+    doc = make_sweep_spec(
+        budget={"trials": 2, "parallel": 2},
+        early_stopping={"type": "hyperband", "min_resource": 1, "max_resource": 3},
+    )
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    first = await trials(api, sweep_id)
+    for trial in first:
+        for epoch in (1, 2, 3):
+            await report(api, trial["job_id"], epoch, 1.0 / epoch, seq=2 * epoch)
+        await end_job(api, trial["job_id"], JobStatus.succeeded)
+    await runner.run_once()
+    read = (await api.http.get(f"/sweeps/{sweep_id}")).json()
+    # A job that ran to its end is not pruned after it: both completed, with their curves.
+    assert read["status"] == "succeeded", read
+    assert [t["curve"] for t in read["trials"]] == [[[1.0, 1.0], [2.0, 0.5], [3.0, 1 / 3]]] * 2
+    assert [t["value"] for t in read["trials"]] == [1 / 3, 1 / 3]

@@ -25,7 +25,7 @@ from backend.teams import service as teams_service
 from backend.tokens.models import ApiToken
 from backend.tokens.service import token_hash
 from tests.conftest import ADMIN_TOKEN, Api, make_settings
-from tests.support.factories import create_job, make_host, make_spec
+from tests.support.factories import create_job, make_host, make_spec, make_sweep_spec
 
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/", "/ui/"}
 ROLES = ("viewer", "member", "admin")
@@ -297,6 +297,34 @@ def test_control_needs_a_member_and_viewer_is_told_why(team: Team) -> None:
     missing = client.post(f"/jobs/{team.theirs}/cancel", headers=bearer(team.tokens["admin"]))
     assert missing.json()["detail"] == f"job {team.theirs} does not exist"
     assert client.get(f"/jobs/{team.theirs}", headers=ADMIN).json()["status"] == "pending"
+
+
+def test_sweeps_are_their_projects_like_jobs(team: Team) -> None:
+
+    client = team.client
+    ids = {}
+    for project in ("vision", "nlp"):
+        doc = make_sweep_spec()
+        doc["job"]["project"] = project
+        answer = client.post("/sweeps", json=doc, headers=ADMIN)
+        ok(answer, 201)
+        assert answer.json()["project"] == project
+        ids[project] = answer.json()["id"]
+    for role in ROLES:
+        headers = bearer(team.tokens[role])
+        listed = client.get("/sweeps", headers=headers).json()
+        assert [s["id"] for s in listed] == [ids["vision"]], role
+        missing = client.get(f"/sweeps/{ids['nlp']}", headers=headers)
+        assert missing.status_code == 404 and "does not exist" in missing.text
+        stop = client.post(f"/sweeps/{ids['nlp']}/stop", headers=headers)
+        assert stop.status_code == 404
+        ok(client.get(f"/sweeps/{ids['vision']}", headers=headers), 200)
+        doc = make_sweep_spec()
+        doc["job"]["project"] = "nlp"
+        assert client.post("/sweeps", json=doc, headers=headers).status_code == 404
+    refused = client.post(f"/sweeps/{ids['vision']}/stop", headers=bearer(team.tokens["viewer"]))
+    assert refused.status_code == 403 and "viewer" in refused.text
+    ok(client.post(f"/sweeps/{ids['vision']}/stop", headers=bearer(team.tokens["member"])), 200)
 
 
 def test_project_admins_manage_members_and_users_their_own_tokens(team: Team) -> None:
