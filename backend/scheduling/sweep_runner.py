@@ -178,9 +178,12 @@ class SweepRunner:
         reported = int(curve[-1][0]) if curve else 0
         unit = "epoch" if spec.early_stopping.resource == "epochs" else "step"
         for resource, value in reads.intermediate(points, after=reported):
-            # A job that already ended ran to its end: what it reported is its result.
+            # A trial that ran to its end (its job ended, or it reached the full resource) is
+            # not judged: what it reported is its result.
+            full = spec.early_stopping.max_resource
+            judge = not job.is_terminal and (full is None or resource < full)
             prune = await asyncio.to_thread(
-                study.report, trial.number, resource, value, judge=not job.is_terminal
+                study.report, trial.number, resource, value, judge=judge
             )
             curve.append([resource, value])
             if prune:

@@ -134,7 +134,9 @@ class EarlyStopping(_Strict):
         "any trial is stopped.",
     )
     max_resource: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="hyperband: a full trial's resource (required)."
+        default=None,
+        description="asha and hyperband: a full trial's resource (required by hyperband); a "
+        "trial that reaches it is not judged there, it ran to its end.",
     )
     reduction_factor: Annotated[int, Field(ge=2, le=64)] = Field(
         default=3, description="asha and hyperband: 1 in this many trials goes on at each rung."
@@ -264,11 +266,11 @@ def _search_issues(spec: SweepSpec) -> list[FieldIssue]:
         issues.append(
             FieldIssue("early_stopping.max_resource", "hyperband needs a full trial's resource")
         )
-    if stopping.max_resource is not None and stopping.type != "hyperband":
+    if stopping.max_resource is not None and stopping.type not in ("asha", "hyperband"):
         issues.append(
             FieldIssue(
                 "early_stopping.max_resource",
-                f"only hyperband takes a max_resource; this is {stopping.type}",
+                f"only asha and hyperband take a max_resource; this is {stopping.type}",
             )
         )
     elif stopping.max_resource is not None and stopping.max_resource < stopping.min_resource:

@@ -111,7 +111,7 @@ def test_a_grid_is_not_visited_twice_and_max_resource_is_hyperbands() -> None:
     assert issues(doc) == {
         "budget.trials": "the grid has 6 points: more trials would repeat some of them"
     }
-    doc = make_sweep_spec(early_stopping={"type": "asha", "max_resource": 9})
+    doc = make_sweep_spec(early_stopping={"type": "median", "max_resource": 9})
     assert issues(doc) == {
-        "early_stopping.max_resource": "only hyperband takes a max_resource; this is asha"
+        "early_stopping.max_resource": "only asha and hyperband take a max_resource; this is median"
     }

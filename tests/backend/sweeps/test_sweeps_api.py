@@ -297,3 +297,20 @@ async def test_hyperband_reports_and_completes_trials(sweeps_api: Api) -> None:
     assert read["status"] == "succeeded", read
     assert [t["curve"] for t in read["trials"]] == [[[1.0, 1.0], [2.0, 0.5], [3.0, 1 / 3]]] * 2
     assert [t["value"] for t in read["trials"]] == [1 / 3, 1 / 3]
+
+
+async def test_a_trial_that_reached_max_resource_is_not_judged(sweeps_api: Api) -> None:
+    api = sweeps_api
+    stopping = {"type": "asha", "min_resource": 1, "max_resource": 1, "reduction_factor": 2}
+    doc = make_sweep_spec(early_stopping=stopping)
+    sweep_id = (await api.http.post("/sweeps", json=doc)).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    first = await trials(api, sweep_id)
+    await report(api, first[0]["job_id"], 1, 0.5, seq=0)
+    await runner.run_once()
+    await report(api, first[1]["job_id"], 1, 0.9, seq=0)  # worse, but at its full resource
+    await runner.run_once()
+    now = await trials(api, sweep_id)
+    assert [t["status"] for t in now] == ["running", "running"]
+    assert now[1]["curve"] == [[1.0, 0.9]]
