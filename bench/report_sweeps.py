@@ -79,6 +79,36 @@ def _split_rows(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _startup_lines(result: dict[str, Any]) -> list[str]:
+    """Start-up per trial in two, and Strata's warm starts against its cold ones."""
+    strata, ray = result["summary"]["strata"], result["summary"]["ray"]
+    lines = [
+        "Start-up per trial, in two (means per repetition, median [min-max]): created → the "
+        "trial's process started (Strata: the agent's start as the server recorded it; Ray: "
+        "the trainable entered in its new worker) and then → its first step (Strata: the "
+        "script's imports, data, model and first step's tracing, TensorFlow already imported "
+        "in a warm process; Ray: importing TensorFlow and the same):",
+        "",
+        "| Side | Created → process | Process → first step | Warm starts | Cold starts |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, s in (("Strata", strata), ("Ray Tune", ray)):
+        cells = [
+            _s(s[key], 2) if key in s else "—"
+            for key in (
+                "startup_s_to_process_mean",
+                "startup_s_in_process_mean",
+                "startup_s_warm_mean",
+                "startup_s_cold_mean",
+            )
+        ]
+        if name == "Ray Tune":
+            cells[3] = f"all: {_s(s['startup_s_mean'], 2)}"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
 def _repetition_rows(result: dict[str, Any]) -> list[str]:
     lines = []
     for index, rep in enumerate(result["repetitions"], 1):
@@ -203,6 +233,7 @@ def sweeps_section(result: dict[str, Any]) -> list[str]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *_split_rows(result),
         "",
+        *_startup_lines(result),
         *where_the_time_goes(result),
         f"Machine: {machine['nproc']} cores ({machine['cpu_model']}), Python "
         f"{machine['python']}, run {machine['date']}, load average {load} at its start and "

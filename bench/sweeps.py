@@ -57,7 +57,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO, Conditions, machine_info, measured_on, spread, write_result
+from bench.harness import (
+    REPO,
+    RESULTS,
+    Conditions,
+    machine_busy_seconds,
+    machine_info,
+    measured_on,
+    spread,
+    write_result,
+)
 from bench.ray_tune_peer import (
     SWEEP_SPEC,
     SweepSettings,
@@ -185,9 +194,30 @@ def summarise_side(
         "trial_seconds": round(lifetimes, 3),
         "idle_slot_s": round(parallel * wall - lifetimes, 3),
     }
+    # Start-up in two: created → the trial's process started (Strata: the agent's start,
+    # as the server recorded it; Ray: the trainable entered), then → its first step.
+    launched = [t for t in started if "task_started" in t or "entered" in t]
+    if launched:
+        process = [t.get("task_started", t.get("entered", 0.0)) for t in launched]
+        summary["startup_s"] |= {
+            "to_process_mean": round(
+                statistics.mean(p - t["created"] for p, t in zip(process, launched, strict=True)),
+                3,
+            ),
+            "in_process_mean": round(
+                statistics.mean(
+                    t["first_step"] - p for p, t in zip(process, launched, strict=True)
+                ),
+                3,
+            ),
+        }
     warm = [t["warm"] for t in trials if "warm" in t]
     if warm:
         summary["warm_trials"] = sum(1 for w in warm if w)
+        for mode, name in ((True, "warm_mean"), (False, "cold_mean")):
+            of_mode = [t["startup_s"] for t in started if t.get("warm") is mode]
+            if of_mode:
+                summary["startup_s"][name] = round(statistics.mean(of_mode), 3)
     return summary
 
 
@@ -355,7 +385,12 @@ def ray_repetition(seed: int, settings: SweepSettings, workdir: Path) -> Any:
 def timed(side: str, measure: Callable[[], Any]) -> dict[str, Any]:
     """One side of a repetition, with the load average and the machine's CPU around it."""
     load = os.getloadavg()
+    busy, began = machine_busy_seconds(), time.monotonic()
     found: dict[str, Any] = measure()
+    # Every process's CPU, this side's included, over the side's whole run (start and
+    # collection too): how contended the two cores were.
+    busy_cores = (machine_busy_seconds() - busy) / (time.monotonic() - began)
+    found["summary"]["machine_cores_busy"] = round(busy_cores, 2)
     found["summary"]["load_average_before"] = [round(x, 2) for x in load]
     found["summary"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     summary = found["summary"]
@@ -392,6 +427,8 @@ def measure(repetitions: int, seed: int, workdir: Path) -> list[dict[str, Any]]:
                     )
                     repetition[side]["summary"]["background_cores_before"] = background
                 else:
+                    # Strata's pools refill after its sweep; not while Ray Tune is measured.
+                    wait_pools_full(cluster)
                     repetition[side] = timed(
                         side, functools.partial(ray_repetition, rep_seed, settings, workdir)
                     )
@@ -418,16 +455,53 @@ def side_summary(repetitions: list[dict[str, Any]], side: str) -> dict[str, Any]
         "end_s_sum": spread([r["end_s"]["sum"] for r in runs]),
         "idle_slot_s": spread([r["idle_slot_s"] for r in runs]),
     }
+    for key in ("to_process_mean", "in_process_mean", "warm_mean", "cold_mean"):
+        found = [r["startup_s"][key] for r in runs if key in r["startup_s"]]
+        if found:
+            summary[f"startup_s_{key}"] = spread(found)
+    summary["pruned_at_last_epoch"] = spread([r["pruned_at_last_epoch"] for r in runs])
+    summary["best_any_trial"] = spread([r["best_any_trial"] for r in runs])
     if side == "strata":
         summary["warm_trials"] = spread([r.get("warm_trials", 0) for r in runs])
     return summary
+
+
+def summarise(result: dict[str, Any]) -> None:
+    """(Re)computes every summary of a result from its raw trials, in place."""
+    settings = result["settings"]
+    for repetition in result["repetitions"]:
+        for side in SIDES:
+            found = repetition[side]
+            found["summary"] |= summarise_side(
+                found["trials"],
+                wall=found["summary"]["wall_s"],
+                parallel=settings["parallel"],
+                epochs=settings["epochs"],
+            )
+        strata, ray = repetition["strata"]["summary"], repetition["ray"]["summary"]
+        repetition["ratio"] = round(strata["wall_s"] / ray["wall_s"], 4)
+    result["summary"] = {
+        "ratio": spread([r["ratio"] for r in result["repetitions"]]),
+        **{side: side_summary(result["repetitions"], side) for side in SIDES},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7, help="repetition i uses seed + i")
+    parser.add_argument(
+        "--summarise-only",
+        action="store_true",
+        help="recompute the summaries of bench/results/sweeps.json from its raw trials",
+    )
     args = parser.parse_args(argv)
+    if args.summarise_only:
+        found = json.loads((RESULTS / "sweeps.json").read_text())
+        summarise(found)
+        write_result("sweeps", found)
+        print(json.dumps(found["summary"], indent=2))
+        return 0
     began = time.monotonic()
     machine = machine_info()
     with tempfile.TemporaryDirectory(prefix="strata-bench-sweeps-") as tmp:
