@@ -166,6 +166,65 @@ def where_the_time_goes(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def sweeps_notes(result: dict[str, Any]) -> list[str]:
+    """What the figures show besides the ratio, from the raw trials."""
+    settings = result["settings"]
+    reps = result["repetitions"]
+    strata = result["summary"]["strata"]
+    lines = []
+    warm, cold = strata.get("startup_s_warm_mean"), strata.get("startup_s_cold_mean")
+    if warm and cold:
+        lines.append(
+            f"- **Warm starts**: Strata started {spread_text(strata['warm_trials'])} of "
+            f"{settings['trials']} trials warm. Each agent's warm processes go to the first "
+            "trials placed on it; a refill imports TensorFlow at idle priority (SCHED_IDLE), "
+            "which on two cores kept busy by three trials (and other work) seldom finishes "
+            "before the next trial is placed, so the later trials start cold: "
+            f"{_s(cold, 2)} from created to first step against {_s(warm, 2)} warm (means "
+            "per repetition). Ray Tune starts every trial in a new worker process that "
+            "imports TensorFlow."
+        )
+    late = [
+        (index, t)
+        for index, rep in enumerate(reps, 1)
+        for t in rep["strata"]["trials"]
+        if t["status"] == "pruned" and t["epochs"] >= settings["epochs"]
+    ]
+    if late:
+        examples = ", ".join(
+            f"rep {index} trial {t['number']} (val_loss {t['curve'][-1][1]:.3f})"
+            for index, t in late
+        )
+        lines.append(
+            f"- **Pruned at the last epoch**: {len(late)} Strata trials in "
+            f"{len({index for index, _ in late})} of {len(reps)} repetitions were pruned "
+            f"when they reported epoch {settings['epochs']}, their last ({examples}; the "
+            "reason says `ASHA rung 2`). Optuna's SuccessiveHalvingPruner has a rung at "
+            "min_resource times reduction_factor squared = "
+            f"{settings['epochs']}, the epochs the job runs, so a trial that trained in full "
+            "can be pruned at its end, and its value is then left out of the best. Ray's "
+            "ASHAScheduler puts no rung at max_t (its rungs here are epochs 1 and 3): such a "
+            "trial completes there and counts."
+        )
+    ray = result["summary"]["ray"]
+    lines += [
+        "- **Pruning decisions**: Strata's sweep runner looks at running trials every "
+        "`sweep_poll_seconds` (0.5 s) and reads the objective from the stored metric "
+        "points, which the task's runtime sends in batches: "
+        f"{_s(strata['decision_s_mean'], 2)} per pruned trial from the epoch's report to the "
+        f"job's cancelled event. Ray Tune's scheduler decides on the result as the driver "
+        f"receives it: {_s(ray['decision_s_mean'], 2)}.",
+        "- **Ending full trials**: on Strata a trial that ran every epoch holds its slot "
+        "until its job has ended (the script's last checkpoint, the process's exit, the "
+        "agent's report, the server's transition; the runner's next look, which starts its "
+        "successor, counts in the idle slots): "
+        f"{_s(strata['end_s_sum'], 1)} per repetition. A Ray Tune trial completes as its "
+        "last result arrives and its actor is torn down after.",
+        "",
+    ]
+    return lines
+
+
 def sweeps_section(result: dict[str, Any]) -> list[str]:
     settings = result["settings"]
     machine = result["machine"]
@@ -186,7 +245,7 @@ def sweeps_section(result: dict[str, Any]) -> list[str]:
         f"a minimum of {settings['min_resource']} epoch and reduction factor "
         f"{settings['reduction_factor']}.",
         "",
-        f"- **Strata** ({result['measured_on']['commit']}): a local cluster (the server, "
+        f"- **Strata** (commit {result['measured_on']['commit']}): a local cluster (the server, "
         f"{result['agents']} local agents, {result['warm_pool_per_agent']} warm processes "
         "each, the pools full and the machine quiet before the POST); Optuna's TPE sampler "
         "and SuccessiveHalvingPruner in the server's sweep runner. Wall: POST /sweeps → the "
@@ -235,6 +294,7 @@ def sweeps_section(result: dict[str, Any]) -> list[str]:
         "",
         *_startup_lines(result),
         *where_the_time_goes(result),
+        *sweeps_notes(result),
         f"Machine: {machine['nproc']} cores ({machine['cpu_model']}), Python "
         f"{machine['python']}, run {machine['date']}, load average {load} at its start and "
         + " / ".join(f"{x:.1f}" for x in result["load_average_at_end"])
