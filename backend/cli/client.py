@@ -131,20 +131,7 @@ def submit(
                 else client.submit_document(document)
             )
         else:
-
-            def report(bundle: Bundle, uploaded: bool) -> None:
-                what = "uploaded" if uploaded else "already on the server"
-                console.print(
-                    f"code bundle {bundle.sha256[:12]} ({bundle.files} files, "
-                    f"{bundle.size} bytes): {what}"
-                )
-
-            try:
-                sha256 = upload(client, directory, report)
-            except (CodeTooLarge, ValueError) as exc:  # too big; not a directory
-                err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-                raise typer.Exit(1) from None
-            job = client.submit_document(with_bundle(document, sha256))
+            job = client.submit_document(with_bundle(document, upload_code(client, directory)))
         url = client.server
     where = f" to project {escape(job.spec.project)}" if job.spec.project else ""
     console.print(f"job [bold]{job.id}[/bold] ({job.name}) submitted{where}: {job.status.value}")
@@ -454,3 +441,20 @@ def register(app: typer.Typer) -> None:
     jobs.command("checkpoints")(jobs_checkpoints)
     jobs.command("evaluator")(jobs_evaluator)
     app.add_typer(jobs, name="jobs")
+
+
+def upload_code(client: StrataClient, directory: Path) -> str:
+    """Upload the directory as a code bundle unless the server has it, saying which; its
+    SHA-256. Exits 1 when it is too big or no directory."""
+
+    def report(bundle: Bundle, uploaded: bool) -> None:
+        what = "uploaded" if uploaded else "already on the server"
+        console.print(
+            f"code bundle {bundle.sha256[:12]} ({bundle.files} files, {bundle.size} bytes): {what}"
+        )
+
+    try:
+        return upload(client, directory, report)
+    except (CodeTooLarge, ValueError) as exc:  # too big; not a directory
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None

@@ -18,10 +18,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from backend.cli.client import ServerOption, TokenOption, connect, console, err_console
-from backend.cli.code_submit import CodeTooLarge, code_dir, read_spec, upload, with_bundle
+from backend.cli.client import (
+    ServerOption,
+    TokenOption,
+    connect,
+    console,
+    upload_code,
+)
+from backend.cli.code_submit import code_dir, read_spec, with_bundle
 from backend.cli.progress_view import NONE, readable_duration
-from backend.code.archive import Bundle
 from backend.sweeps.schemas import SweepRead, SweepSummary, TrialRead
 from backend.sweeps.states import SweepStatus
 
@@ -247,19 +252,7 @@ def sweep_create(
         elif directory is None:
             sweep = client.create_sweep_document({**document, "job": job})
         else:
-
-            def report(bundle: Bundle, uploaded: bool) -> None:
-                what = "uploaded" if uploaded else "already on the server"
-                console.print(
-                    f"code bundle {bundle.sha256[:12]} ({bundle.files} files, "
-                    f"{bundle.size} bytes): {what}"
-                )
-
-            try:
-                sha256 = upload(client, directory, report)
-            except (CodeTooLarge, ValueError) as exc:  # too big; not a directory
-                err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-                raise typer.Exit(1) from None
+            sha256 = upload_code(client, directory)
             sweep = client.create_sweep_document({**document, "job": with_bundle(job, sha256)})
     console.print(
         f"sweep [bold]{sweep.id}[/bold] ({escape(sweep.name)}) created in project "
