@@ -86,6 +86,16 @@ def _relative_path(value: str, what: str, root: str) -> str:
     return value
 
 
+def safe_name(value: str) -> str:
+    """A job's (or a sweep's) name: safe in paths, tags and Slurm's job names."""
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(
+            "must be 1-63 characters of letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit; got {value!r}"
+        )
+    return value
+
+
 class ReplicaSpec(_Strict):
     count: Annotated[int, Field(ge=0, le=MAX_TASKS_PER_ROLE)] = 0
     gpus: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_TASK, description="GPUs per task.")] = 0
@@ -323,12 +333,7 @@ class JobSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                "must be 1-63 characters of letters, digits, '.', '_' or '-', "
-                f"starting with a letter or digit; got {value!r}"
-            )
-        return value
+        return safe_name(value)
 
     @field_validator("tags")
     @classmethod

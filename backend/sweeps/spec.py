@@ -19,7 +19,7 @@ from pydantic import (
 
 from agents.protocol import METRIC_NAME_PATTERN
 from backend.errors import FieldIssue, InvalidInput
-from backend.jobs.spec import NAME_PATTERN, JobSpec, validate_spec
+from backend.jobs.spec import JobSpec, safe_name, validate_spec
 from backend.sweeps.params import PARAM_NAME_PATTERN, filled_in, references
 
 MAX_PARAMETERS = 32
@@ -163,12 +163,7 @@ class SweepSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        if not NAME_PATTERN.fullmatch(value):
-            raise ValueError(
-                "a name is 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or "
-                f"digit; got {value!r}"
-            )
-        return value
+        return safe_name(value)
 
     def job_for(self, params: dict[str, Any]) -> JobSpec:
         """The trial's job spec: the template with `params` written in, validated."""
