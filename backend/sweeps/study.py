@@ -57,7 +57,9 @@ def storage_url(database_url: str) -> tuple[str, dict[str, Any]]:
         return f"sqlite:///{Path(database).with_name('optuna.db')}", {
             "connect_args": {"timeout": 30}
         }
-    sync = url.set(drivername="postgresql+psycopg", query={})
+    # asyncpg's `ssl=` is libpq's `sslmode=`; its other arguments mean nothing to psycopg.
+    query = {"sslmode": url.query["ssl"]} if "ssl" in url.query else {}
+    sync = url.set(drivername="postgresql+psycopg", query=query)
     return sync.render_as_string(hide_password=False), {
         "connect_args": {"options": f"-c search_path={OPTUNA_SCHEMA}"},
         "pool_pre_ping": True,
