@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -299,38 +300,15 @@ class SweepRunner:
             update={"name": f"{job_spec.name[:50]}-t{number}", "tags": tags, "project": project}
         )
 
-        async def change(tx: Transaction) -> bool:
-            session = tx.session
-            status = await session.scalar(select(Sweep.status).where(Sweep.id == sweep.id))
-            if status is not SweepStatus.running:
-                return False  # a stop was acknowledged meanwhile: no trial starts after it
-            exists = await session.scalar(
-                select(SweepTrial.id).where(
-                    SweepTrial.sweep_id == sweep.id, SweepTrial.number == number
-                )
-            )
-            if exists is not None:
-                return True
-            new = new_jobs.NewJob(
-                spec=trial_spec,
-                project_id=sweep.project_id,
-                submitted_by=sweep.submitted_by,
-                actor=f"sweep {sweep.id}",
-            )
-            [job] = await new_jobs.insert_jobs(session=session, jobs=[new])
-            session.add(
-                SweepTrial(
-                    sweep_id=sweep.id,
-                    number=number,
-                    job_id=job.id,
-                    params=params,
-                    status=TrialStatus.running,
-                    curve=[],
-                )
-            )
-            await session.flush()
-            return True
-
+        new = new_jobs.NewJob(
+            spec=trial_spec,
+            project_id=sweep.project_id,
+            submitted_by=sweep.submitted_by,
+            actor=f"sweep {sweep.id}",
+        )
+        change = functools.partial(
+            write_trial, sweep_id=sweep.id, number=number, params=params, job=new
+        )
         started: bool = await self.apply(change, frees_or_takes_capacity=False)
         return started
 
@@ -365,3 +343,32 @@ class SweepRunner:
             )
             self._studies[sweep.id] = study
         return study
+
+
+async def write_trial(
+    tx: Transaction, *, sweep_id: int, number: int, params: dict[str, Any], job: new_jobs.NewJob
+) -> bool:
+    """Write a trial's job and its row together, once; False if the sweep no longer runs (a
+    stop was acknowledged meanwhile: no trial starts after it)."""
+    session = tx.session
+    status = await session.scalar(select(Sweep.status).where(Sweep.id == sweep_id))
+    if status is not SweepStatus.running:
+        return False
+    exists = await session.scalar(
+        select(SweepTrial.id).where(SweepTrial.sweep_id == sweep_id, SweepTrial.number == number)
+    )
+    if exists is not None:
+        return True
+    [written] = await new_jobs.insert_jobs(session=session, jobs=[job])
+    session.add(
+        SweepTrial(
+            sweep_id=sweep_id,
+            number=number,
+            job_id=written.id,
+            params=params,
+            status=TrialStatus.running,
+            curve=[],
+        )
+    )
+    await session.flush()
+    return True
