@@ -46,14 +46,9 @@ from bench.harness import (
     write_result,
 )
 from bench.scale import AGENT_PROCESSES, agents_process, wait_online
+from tests.support.factories import sleeper_spec
 from tests.support.replicas import ReplicaSet, replica_set
 
-SLEEPER = {
-    "name": "failover-probe",
-    "strategy": "mirrored",
-    "entrypoint": ["python", "-c", "import time; time.sleep(600)"],
-    "replicas": {"chief": {"count": 1, "gpus": 0}},
-}
 DEFAULTS = {"STRATA_LEADER_LEASE_SECONDS": "4", "STRATA_HEARTBEAT_TIMEOUT_SECONDS": "6"}
 POLL_SECONDS = 0.02
 
@@ -85,7 +80,7 @@ def failover_run(cluster: ReplicaSet) -> dict[str, float]:
     old.kill()
     killed = time.monotonic()
     watcher.start()
-    answer = cluster.http.post("/jobs", json=SLEEPER)
+    answer = cluster.http.post("/jobs", json=sleeper_spec("failover-probe"))
     acknowledged = time.monotonic()
     answer.raise_for_status()
     job_id = answer.json()["id"]
@@ -155,7 +150,7 @@ def with_agents(url: str, token: str, admin: str, agents: int, requests: int) ->
     with simulated_agents(ws_url, token, agents):
         wait_online(http, agents, timeout=300)
         for _ in range(50):  # a page of running jobs to list
-            http.post("/jobs", json=SLEEPER).raise_for_status()
+            http.post("/jobs", json=sleeper_spec("failover-probe")).raise_for_status()
         time.sleep(10)  # their starts confirmed; only heartbeats from here
         return jobs_latency(http, requests)
 

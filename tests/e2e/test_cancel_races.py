@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.support.cluster import Cluster, job_processes, local_cluster
+from tests.support.factories import sleeper_spec
 from tests.support.postgres import create_database
 from tests.support.replicas import replica_set
 
@@ -56,15 +57,8 @@ def cluster(
             through.http.close()
 
 
-def sleeper(name: str) -> dict[str, Any]:
-    """A one-task job whose process sleeps: cheap to start, and alive until it is stopped."""
-    return {
-        "name": name,
-        "strategy": "mirrored",
-        "entrypoint": ["python", "-c", "import time; time.sleep(600)"],
-        "replicas": {"chief": {"count": 1, "gpus": 0}},
-        "restart": {"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0},
-    }
+# The jobs restart on failure, so that a rival restart has something to do.
+RESTART = {"policy": "on_failure", "max_restarts": 3, "backoff_seconds": 0}
 
 
 # What races the cancel: given a client and the job, it sends its own request(s).
@@ -82,7 +76,7 @@ def race(cluster: Cluster, name: str, rival: Rival | None) -> list[tuple[int, ht
             headers={"Authorization": f"Bearer {cluster.admin_token}"},
             timeout=60,
         ) as http:
-            submitted = http.post("/jobs", json=sleeper(f"{name}-{index}"))
+            submitted = http.post("/jobs", json=sleeper_spec(f"{name}-{index}", RESTART))
             assert submitted.status_code == 201, submitted.text
             job_id = submitted.json()["id"]
             start = time.monotonic()
@@ -163,7 +157,7 @@ def test_cancel_racing_an_evaluator_start(cluster: Cluster) -> None:
 
 def test_the_process_check_is_not_vacuous(cluster: Cluster) -> None:
     """The same check finds the process of a job that was not cancelled."""
-    job = cluster.submit(sleeper("not-cancelled"))
+    job = cluster.submit(sleeper_spec("not-cancelled", RESTART))
     cluster.wait_status(job["id"], "running", timeout=60)
     assert job_processes(job["id"], cluster.tasks_reach)
     assert cluster.http.post(f"/jobs/{job['id']}/cancel").status_code == 200

@@ -21,6 +21,7 @@ import yaml
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from tests.support.factories import sleeper_spec
 from tests.support.postgres import create_database
 from tests.support.replicas import ReplicaSet, replica_set
 
@@ -65,15 +66,6 @@ def training(example: str, epochs: int = EPOCHS) -> dict[str, Any]:
         str(STEPS_PER_EPOCH),
     ]
     return spec
-
-
-def sleeper(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "strategy": "mirrored",
-        "entrypoint": ["python", "-c", "import time; time.sleep(600)"],
-        "replicas": {"chief": {"count": 1, "gpus": 0}},
-    }
 
 
 def epochs_logged(cluster: ReplicaSet, job_id: int, task: str) -> list[int]:
@@ -153,7 +145,7 @@ class Requests:
         while not self._stop.is_set():
             index += 1
             try:
-                answer = self.http.post("/jobs", json=sleeper(f"ack-{index}"))
+                answer = self.http.post("/jobs", json=sleeper_spec(f"ack-{index}"))
                 if answer.status_code == 201:
                     self.submitted.append(answer.json()["id"])
                 else:
@@ -255,7 +247,7 @@ def test_the_leader_is_killed_and_another_takes_over_losing_nothing(cluster: Rep
         time.sleep(2)
         old.kill()
         killed = time.monotonic()
-        placed = cluster.submit(sleeper("after-the-kill"))
+        placed = cluster.submit(sleeper_spec("after-the-kill"))
         cluster.wait_status(placed["id"], "running", timeout=60)
         print(f"leader killed: a job submitted then ran {time.monotonic() - killed:.2f} s later")
         new = cluster.wait_leader(other_than=old)
@@ -275,7 +267,7 @@ def test_a_leader_paused_past_its_lease_writes_nothing_and_stops(cluster: Replic
     with Requests(cluster) as requests:
         old.signal(signal.SIGSTOP)
         new = cluster.wait_leader(other_than=old)
-        placed = cluster.submit(sleeper("while-paused"))
+        placed = cluster.submit(sleeper_spec("while-paused"))
         cluster.wait_status(placed["id"], "running", timeout=60)
         time.sleep(3)
         old.signal(signal.SIGCONT)

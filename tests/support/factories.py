@@ -45,6 +45,19 @@ def make_spec(base: str = "parameter_server", /, **overrides: Any) -> dict[str, 
     return spec
 
 
+def sleeper_spec(name: str, restart: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A one-task job whose process sleeps: cheap to start, and alive until it is stopped."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "strategy": "mirrored",
+        "entrypoint": ["python", "-c", "import time; time.sleep(600)"],
+        "replicas": {"chief": {"count": 1, "gpus": 0}},
+    }
+    if restart is not None:
+        spec["restart"] = restart
+    return spec
+
+
 def make_sweep_spec(**overrides: Any) -> dict[str, Any]:
     """A valid sweep spec: a mirrored job searched over lr and units, top-level fields
     replaced."""
