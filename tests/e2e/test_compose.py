@@ -35,9 +35,9 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.support.docker import ComposeCluster, compose_cluster
+from tests.support.factories import digits_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
@@ -106,22 +106,6 @@ def own_health(cluster: ComposeCluster, service: str) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return found
-
-
-def training_spec(cluster: ComposeCluster, name: str, epochs: int) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load(
-        (cluster.checkout / "examples/digits_ps.yaml").read_text()
-    )
-    spec["name"] = name
-    spec["entrypoint"] = [
-        "python",
-        "examples/digits.py",
-        "--epochs",
-        str(epochs),
-        "--steps-per-epoch",
-        "40",
-    ]
-    return spec
 
 
 def submit_retrying(cluster: ComposeCluster, spec: dict[str, Any], timeout: float) -> int:
@@ -243,7 +227,10 @@ def test_the_other_replica_takes_over_when_the_leading_one_is_killed(
     cluster: ComposeCluster,
 ) -> None:
     answer = cluster.http.post(
-        "/jobs", json=training_spec(cluster, "digits-ps-takeover", TAKEOVER_EPOCHS)
+        "/jobs",
+        json=digits_spec(
+            "digits_ps.yaml", epochs=TAKEOVER_EPOCHS, steps_per_epoch=40, name="digits-ps-takeover"
+        ),
     )
     assert answer.status_code == 201, answer.text
     job_id = answer.json()["id"]
@@ -351,7 +338,9 @@ def test_the_other_replica_takes_over_when_the_leading_one_is_killed(
 def test_losing_an_agent_container_re_places_the_job_on_the_other(
     cluster: ComposeCluster,
 ) -> None:
-    spec = training_spec(cluster, "digits-ps-survivor", SURVIVOR_EPOCHS)
+    spec = digits_spec(
+        "digits_ps.yaml", epochs=SURVIVOR_EPOCHS, steps_per_epoch=40, name="digits-ps-survivor"
+    )
     spec["restart"] = {"policy": "on_failure", "max_restarts": 5, "backoff_seconds": 0}
     spec["checkpoint"] |= {"backup_every_seconds": 0}  # short epochs: back up every one
     answer = cluster.http.post("/jobs", json=spec)

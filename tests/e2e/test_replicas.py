@@ -12,22 +12,19 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.support.factories import sleeper_spec
+from tests.support.factories import digits_spec, sleeper_spec
 from tests.support.postgres import create_database
 from tests.support.replicas import ReplicaSet, replica_set
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EPOCHS = 16
 STEPS_PER_EPOCH = 60
 EPOCH_LINE = re.compile(r"^epoch=(\d+) loss=")
@@ -55,19 +52,6 @@ def every_replica_up(cluster: ReplicaSet) -> Iterator[None]:
         cluster.http.post(f"/jobs/{job['id']}/cancel")
 
 
-def training(example: str, epochs: int = EPOCHS) -> dict[str, Any]:
-    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / example).read_text())
-    spec["entrypoint"] = [
-        "python",
-        "examples/digits.py",
-        "--epochs",
-        str(epochs),
-        "--steps-per-epoch",
-        str(STEPS_PER_EPOCH),
-    ]
-    return spec
-
-
 def epochs_logged(cluster: ReplicaSet, job_id: int, task: str) -> list[int]:
     return [int(m[1]) for line in cluster.logs(job_id, task) if (m := EPOCH_LINE.match(line))]
 
@@ -75,8 +59,12 @@ def epochs_logged(cluster: ReplicaSet, job_id: int, task: str) -> list[int]:
 def training_jobs(cluster: ReplicaSet, epochs: int = EPOCHS) -> list[dict[str, Any]]:
     """A PS and an MWM job, each past its second epoch."""
     jobs = [
-        cluster.submit(training("digits_ps.yaml", epochs)),
-        cluster.submit(training("digits_mwm.yaml", epochs)),
+        cluster.submit(
+            digits_spec("digits_ps.yaml", epochs=epochs, steps_per_epoch=STEPS_PER_EPOCH)
+        ),
+        cluster.submit(
+            digits_spec("digits_mwm.yaml", epochs=epochs, steps_per_epoch=STEPS_PER_EPOCH)
+        ),
     ]
     for job, task in zip(jobs, ("chief:0", "worker:0"), strict=True):
 

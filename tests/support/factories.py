@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
+import yaml
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
@@ -42,6 +44,27 @@ def make_spec(base: str = "parameter_server", /, **overrides: Any) -> dict[str, 
     """A valid spec document for the base strategy, with top-level fields replaced."""
     spec = copy.deepcopy(BASE_SPECS[base])
     spec.update(overrides)
+    return spec
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def digits_spec(
+    example: str, *, epochs: int, steps_per_epoch: int, name: str | None = None
+) -> dict[str, Any]:
+    """One of examples/digits_*.yaml, training for this many epochs of this many steps."""
+    spec: dict[str, Any] = yaml.safe_load((EXAMPLES / example).read_text())
+    if name is not None:
+        spec["name"] = name
+    spec["entrypoint"] = [
+        "python",
+        "examples/digits.py",
+        "--epochs",
+        str(epochs),
+        "--steps-per-epoch",
+        str(steps_per_epoch),
+    ]
     return spec
 
 
