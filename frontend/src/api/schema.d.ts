@@ -1406,7 +1406,7 @@ export interface components {
         EarlyStopping: {
             /**
              * Max Resource
-             * @description hyperband: a full trial's resource (required).
+             * @description asha and hyperband: a full trial's resource (required by hyperband); a trial that reaches it is not judged there, it ran to its end.
              */
             max_resource?: number | null;
             /**
@@ -2695,7 +2695,10 @@ export interface components {
             job: {
                 [key: string]: unknown;
             };
-            /** Name */
+            /**
+             * Name
+             * @description Short and safe: letters, digits, '.', '_' and '-'.
+             */
             name: string;
             objective: components["schemas"]["Objective"];
             /** Parameters */
