@@ -28,9 +28,8 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from optuna.trial import TrialState
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -48,19 +47,14 @@ from backend.sweeps.models import Sweep, SweepTrial
 from backend.sweeps.service import best_trial
 from backend.sweeps.spec import SweepSpec
 from backend.sweeps.states import SweepStatus, TrialStatus
-from backend.sweeps.study import SweepStudy, open_storage
+
+if TYPE_CHECKING:
+    from backend.sweeps.study import SweepStudy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Apply = Callable[..., Awaitable[Any]]  # Controller.apply
-# How a trial's end is told to Optuna.
-OPTUNA_STATE = {
-    TrialStatus.succeeded: TrialState.COMPLETE,
-    TrialStatus.pruned: TrialState.PRUNED,
-    TrialStatus.failed: TrialState.FAIL,
-    TrialStatus.stopped: TrialState.FAIL,
-}
 
 
 class SweepRunner:
@@ -246,15 +240,13 @@ class SweepRunner:
     ) -> None:
         """Tell Optuna how ended trials ended; as the sweep ends, also of a trial it was asked
         for whose job was never written (it fails: it will never run)."""
-        states = await asyncio.to_thread(study.states)
+        running = await asyncio.to_thread(study.running)
         for trial in trials:
-            if trial.status.is_terminal and states.pop(trial.number, None) is TrialState.RUNNING:
-                state = OPTUNA_STATE[trial.status]
-                await asyncio.to_thread(study.tell, trial.number, state, trial.value)
-        known = {trial.number for trial in trials}
-        for number, state in states.items():
-            if ending and number not in known and state is TrialState.RUNNING:
-                await asyncio.to_thread(study.tell, number, TrialState.FAIL)
+            if trial.status.is_terminal and trial.number in running:
+                await asyncio.to_thread(study.tell, trial.number, trial.status, trial.value)
+        if ending:
+            for number in running - {trial.number for trial in trials}:
+                await asyncio.to_thread(study.tell, number, TrialStatus.failed)
 
     # --- new trials ----------------------------------------------------------------------
 
@@ -262,10 +254,9 @@ class SweepRunner:
         self, sweep: Sweep, spec: SweepSpec, study: SweepStudy, running: int
     ) -> None:
         known = {t.number for t in sweep.trials}
-        states = await asyncio.to_thread(study.states)
         # Asked for before a crash, its job never written: started now, with its parameters.
-        for number in sorted(n for n, s in states.items() if s is TrialState.RUNNING):
-            if number not in known and running < spec.budget.parallel:
+        for number in sorted(await asyncio.to_thread(study.running) - known):
+            if running < spec.budget.parallel:
                 params = await asyncio.to_thread(study.params, number)
                 if not await self._start(sweep, spec, study, number, params):
                     return
@@ -290,7 +281,7 @@ class SweepRunner:
         try:
             job_spec = spec.job_for(params)
         except InvalidInput as invalid:
-            await asyncio.to_thread(study.tell, number, TrialState.FAIL)
+            await asyncio.to_thread(study.tell, number, TrialStatus.failed)
             reason = f"trial {number}'s job spec is invalid with {params}: {invalid.message}"
             await self._set_status(sweep, SweepStatus.stopping, reason)
             return False
@@ -336,10 +327,12 @@ class SweepRunner:
     async def _study(self, sweep: Sweep, spec: SweepSpec) -> SweepStudy:
         study = self._studies.get(sweep.id)
         if study is None:
+            from backend.sweeps import study as studies  # Optuna, once there is a sweep
+
             if self._storage is None:
-                self._storage = await asyncio.to_thread(open_storage, self.database_url)
+                self._storage = await asyncio.to_thread(studies.open_storage, self.database_url)
             study = await asyncio.to_thread(
-                SweepStudy, storage=self._storage, name=sweep.study_name, spec=spec
+                studies.SweepStudy, storage=self._storage, name=sweep.study_name, spec=spec
             )
             self._studies[sweep.id] = study
         return study

@@ -3,7 +3,8 @@
 Optuna's tables keep their own alembic version table, so they live apart from Strata's: in
 the schema `optuna` of the same PostgreSQL database (the search path of Optuna's own
 connections), or on SQLite in `optuna.db` beside `strata.db`. Every call here is blocking
-(Optuna's storage is synchronous): the sweep runner makes them on a worker thread.
+(Optuna's storage is synchronous): the sweep runner makes them on a worker thread, and imports
+this module (and Optuna) when it first meets a sweep.
 """
 
 from __future__ import annotations
@@ -37,9 +38,18 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from backend.sweeps.spec import Categorical, FloatRange, SweepSpec, grid_values
+from backend.sweeps.states import TrialStatus
 
 OPTUNA_SCHEMA = "optuna"  # as the migration that creates it names it
 _RUNG = re.compile(r"completed_rung_(\d+)")
+_RUNNING = (TrialState.RUNNING,)
+# How a trial's end is told to Optuna.
+_ENDED = {
+    TrialStatus.succeeded: TrialState.COMPLETE,
+    TrialStatus.pruned: TrialState.PRUNED,
+    TrialStatus.failed: TrialState.FAIL,
+    TrialStatus.stopped: TrialState.FAIL,
+}
 
 log = logging.getLogger(__name__)
 _opening = threading.Lock()  # one storage made at a time in this process
@@ -159,8 +169,9 @@ class SweepStudy:
         """Trials asked for so far, in any state: what the budget counts."""
         return len(self.study.get_trials(deepcopy=False))
 
-    def states(self) -> dict[int, TrialState]:
-        return {t.number: t.state for t in self.study.get_trials(deepcopy=False)}
+    def running(self) -> set[int]:
+        """The trials Optuna holds as running (asked for, not told how they ended)."""
+        return {t.number for t in self.study.get_trials(deepcopy=False, states=_RUNNING)}
 
     def params(self, number: int) -> dict[str, Any]:
         return dict(self._frozen(number).params)
@@ -172,10 +183,11 @@ class SweepStudy:
         trial.report(value, resource)
         return judge and trial.should_prune()
 
-    def tell(self, number: int, state: TrialState, value: float | None = None) -> None:
+    def tell(self, number: int, status: TrialStatus, value: float | None = None) -> None:
         """Record how the trial ended (once: a trial already ended is left as it is)."""
         if self._frozen(number).state.is_finished():
             return
+        state = _ENDED[status]
         if state is TrialState.COMPLETE and value is None:
             state = TrialState.FAIL
         self.study.tell(number, value if state is TrialState.COMPLETE else None, state=state)
