@@ -71,6 +71,7 @@ class SweepSettings:
     min_resource: int
     reduction_factor: int
     metric: str
+    chief_gpus: int = 0  # what the trial job's chief asks for (Strata's placement only)
 
 
 def _flag(argv: list[str], name: str) -> int:
@@ -97,6 +98,7 @@ def settings_from_spec(spec: dict[str, Any]) -> SweepSettings:
         min_resource=int(stopping["min_resource"]),
         reduction_factor=int(stopping["reduction_factor"]),
         metric=str(spec["objective"]["metric"]),
+        chief_gpus=int(job["replicas"]["chief"].get("gpus", 0)),
     )
 
 

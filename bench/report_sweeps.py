@@ -10,6 +10,7 @@ in place of its previous version (or before the design notes, the page's last se
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 from bench.harness import REPO, RESULTS
@@ -26,6 +27,12 @@ def _s(values: dict[str, float], digits: int = 1) -> str:
 
 def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
     return a["min"] <= b["max"] and b["min"] <= a["max"]
+
+
+def _every(values: dict[str, float]) -> str:
+    if values["min"] == values["max"]:
+        return "in every repetition"
+    return f"(median; {values['min']:.0f}-{values['max']:.0f})"
 
 
 def best_within_noise(result: dict[str, Any]) -> bool:
@@ -152,17 +159,53 @@ def where_the_time_goes(result: dict[str, Any]) -> list[str]:
         lines.append(f"- **{name}**: {slots:.0f} slot-seconds: {shares}.")
     lines.append("")
     if ratio > result["target"]:
-        saved = ray["startup_s_sum"]["median"] - strata["startup_s_sum"]["median"]
+        lines += _missed(result)
+    return lines
+
+
+def _missed(result: dict[str, Any]) -> list[str]:
+    """Why the median ratio is over the target, and what all-warm starts would be worth."""
+    settings = result["settings"]
+    strata, ray = result["summary"]["strata"], result["summary"]["ray"]
+    ratio = result["summary"]["ratio"]["median"]
+    lines = [
+        f"In this run the target (≤ {result['target']}) is missed: {ratio:.2f} median. "
+        f"Training is {strata['training_s_sum']['median']:.0f} s per repetition on Strata "
+        f"against {ray['training_s_sum']['median']:.0f} s on Ray Tune (Strata's job also "
+        "writes a checkpoint every 3 epochs and streams its metrics, beside other trials' "
+        "start-ups), but start-up is still most of Strata's slot time:",
+        "",
+    ]
+    warm, cold = strata.get("startup_s_warm_mean"), strata.get("startup_s_cold_mean")
+    if warm and cold:
+        warm_trials = strata["warm_trials"]["median"]
+        cold_trials = settings["trials"] - warm_trials
+        saving = (cold["median"] - warm["median"]) * cold_trials
+        wall = strata["wall_s"]["median"]
+        estimate = (wall - saving / settings["parallel"]) / ray["wall_s"]["median"]
         lines += [
-            f"The target (≤ {result['target']}) is missed: {ratio:.2f}. Warm starts take "
-            f"{saved:.0f} trial-seconds of start-up off Strata's side, but both sides train "
-            "the same steps on the same two cores, and training is most of either side's "
-            "slot time; Strata's wall can fall below Ray Tune's by at most the start-up, "
-            "decision and idle-slot time Ray spends beyond Strata's, divided over the "
-            "slots. Halving the wall would need Ray Tune to spend as long starting trials "
-            "as training them.",
-            "",
+            f"- only {warm_trials:.0f} of {settings['trials']} trials start warm (see Warm "
+            f"starts below); the {cold_trials:.0f} cold ones take {cold['median']:.1f} s each "
+            f"to their first step against {warm['median']:.1f} s warm, about "
+            f"{saving:.0f} trial-seconds more per repetition. Had every trial started warm, "
+            f"the wall would be about {saving / settings['parallel']:.0f} s shorter: "
+            f"{estimate:.2f} of Ray Tune's (an estimate from the medians, not a "
+            "measurement);",
         ]
+    lines += [
+        f"- a warm start is not free either: {warm['median'] if warm else 0:.1f} s from the "
+        "job's creation to its first step, nearly all of it in the process (the script's "
+        "imports besides TensorFlow, the data, the model and the first step's tracing, on "
+        "two cores shared with two other trials); placement and the agent's start take "
+        f"{strata['startup_s_to_process_mean']['median']:.2f} s;",
+        f"- slots Strata holds or leaves empty beyond Ray Tune: ending full trials "
+        f"{strata['end_s_sum']['median']:.0f} s against {ray['end_s_sum']['median']:.1f} s, "
+        f"idle slots {strata['idle_slot_s']['median']:.0f} s against "
+        f"{ray['idle_slot_s']['median']:.0f} s, pruning decisions "
+        f"{strata['decision_s_sum']['median']:.1f} s against "
+        f"{ray['decision_s_sum']['median']:.1f} s (trial-seconds per repetition).",
+        "",
+    ]
     return lines
 
 
@@ -171,15 +214,16 @@ def sweeps_notes(result: dict[str, Any]) -> list[str]:
     settings = result["settings"]
     reps = result["repetitions"]
     strata = result["summary"]["strata"]
-    lines = []
+    lines = ["Besides:", ""]
     warm, cold = strata.get("startup_s_warm_mean"), strata.get("startup_s_cold_mean")
     if warm and cold:
         lines.append(
-            f"- **Warm starts**: Strata started {spread_text(strata['warm_trials'])} of "
-            f"{settings['trials']} trials warm. Each agent's warm processes go to the first "
-            "trials placed on it; a refill imports TensorFlow at idle priority (SCHED_IDLE), "
-            "which on two cores kept busy by three trials (and other work) seldom finishes "
-            "before the next trial is placed, so the later trials start cold: "
+            f"- **Warm starts**: Strata started {strata['warm_trials']['median']:.0f} of "
+            f"{settings['trials']} trials warm {_every(strata['warm_trials'])}. Each agent's "
+            "warm processes go to the first trials placed on it; a refill imports TensorFlow "
+            "at idle priority (SCHED_IDLE), which on two cores kept busy by three trials (and "
+            "other work) seldom finishes before the next trial is placed, so the later trials "
+            "start cold: "
             f"{_s(cold, 2)} from created to first step against {_s(warm, 2)} warm (means "
             "per repetition). Ray Tune starts every trial in a new worker process that "
             "imports TensorFlow."
@@ -190,15 +234,17 @@ def sweeps_notes(result: dict[str, Any]) -> list[str]:
         for t in rep["strata"]["trials"]
         if t["status"] == "pruned" and t["epochs"] >= settings["epochs"]
     ]
-    if late:
-        examples = ", ".join(
-            f"rep {index} trial {t['number']} (val_loss {t['curve'][-1][1]:.3f})"
-            for index, t in late
-        )
+    examples = [
+        f"rep {index} trial {t['number']}, val_loss {t['curve'][-1][1]:.3f}" for index, t in late
+    ]
+    for run in result.get("earlier_runs", []):
+        examples += [f"earlier run: {found}" for found in run.get("pruned_at_last_epoch", [])]
+    if examples:
         lines.append(
-            f"- **Pruned at the last epoch**: {len(late)} Strata trials in "
-            f"{len({index for index, _ in late})} of {len(reps)} repetitions were pruned "
-            f"when they reported epoch {settings['epochs']}, their last ({examples}; the "
+            f"- **Pruned at the last epoch**: {len(late)} Strata trials in this run "
+            f"({len(reps)} repetitions) and {len(examples) - len(late)} in the earlier one were "
+            f"pruned when they reported epoch {settings['epochs']}, their last "
+            f"({'; '.join(examples)}; the "
             "reason says `ASHA rung 2`). Optuna's SuccessiveHalvingPruner has a rung at "
             "min_resource times reduction_factor squared = "
             f"{settings['epochs']}, the epochs the job runs, so a trial that trained in full "
@@ -219,9 +265,46 @@ def sweeps_notes(result: dict[str, Any]) -> list[str]:
         "agent's report, the server's transition; the runner's next look, which starts its "
         "successor, counts in the idle slots): "
         f"{_s(strata['end_s_sum'], 1)} per repetition. A Ray Tune trial completes as its "
-        "last result arrives and its actor is torn down after.",
+        "last result arrives and its actor is torn down after." + _exit_lag(result),
         "",
     ]
+    return lines
+
+
+def _exit_lag(result: dict[str, Any]) -> str:
+    """From a full Strata trial's last checkpoint event to its chief's exit event."""
+    lags = []
+    for rep in result["repetitions"]:
+        for trial in rep["strata"]["trials"]:
+            events = trial.get("events", [])
+            saved = [e[0] for e in events if (e[3] or "").startswith("checkpoint ")]
+            exited = [e[0] for e in events if e[1] and "exited with code 0" in (e[3] or "")]
+            if trial["status"] == "succeeded" and saved and exited:
+                lags.append(exited[0] - saved[-1])
+    if not lags:
+        return ""
+    return (
+        f" Most of Strata's is the process itself: from the last checkpoint's event (epoch "
+        f"{result['settings']['epochs']}) to the chief's exit {min(lags):.1f}-{max(lags):.1f} s "
+        f"(median {statistics.median(lags):.1f} s over {len(lags)} full trials)."
+    )
+
+
+def _earlier(result: dict[str, Any]) -> list[str]:
+    lines = []
+    for run in result.get("earlier_runs", []):
+        load = " / ".join(f"{x:.1f}" for x in run["load_average_at_start"])
+        lines += [
+            f"An earlier run the same day ({run['date']}, {run['repetitions']} repetitions, "
+            f"load average {load} at its start; {run['note']}) measured "
+            f"{spread_text(run['ratio'], digits=3)}: Strata {_s(run['strata_wall_s'])} ÷ "
+            f"Ray Tune {_s(run['ray_wall_s'])}, with Ray Tune's start-up at "
+            f"{_s(run['ray_startup_s_mean'], 1)} per trial against "
+            f"{_s(run['strata_startup_s_mean'], 1)} on Strata. The more the machine is loaded, "
+            "the longer every cold start (a TensorFlow import) takes, and the more warm starts "
+            "are worth: the ratio moves with the load.",
+            "",
+        ]
     return lines
 
 
@@ -236,8 +319,14 @@ def sweeps_section(result: dict[str, Any]) -> list[str]:
         "`bench/sweeps.py` (Ray side: `bench/ray_tune_peer.py`): the search of",
         f"`{result['spec']}` run by both, one after the other in each repetition (the order",
         "alternating), with the same TPE seed: "
-        f"{settings['trials']} trials of the digits job (one chief under MirroredStrategy, "
-        f"{settings['epochs']} epochs of {settings['steps_per_epoch']} steps of "
+        f"{settings['trials']} trials of the digits job (one chief under MirroredStrategy"
+        + (
+            f" with {settings['chief_gpus']} simulated GPU on Strata, so TensorFlow runs on "
+            "the CPU on both sides, "
+            if settings.get("chief_gpus")
+            else ", "
+        )
+        + f"{settings['epochs']} epochs of {settings['steps_per_epoch']} steps of "
         f"{settings['batch']}, val_loss on {settings['validation_steps']} held-out batches at "
         f"each epoch end), {settings['parallel']} at a time, learning rate "
         f"[{settings['lr_low']:g}, {settings['lr_high']:g}] (log) and hidden units "
@@ -258,7 +347,8 @@ def sweeps_section(result: dict[str, Any]) -> list[str]:
         f"reduction_factor={settings['reduction_factor']})`, `max_concurrent_trials="
         f"{settings['parallel']}`, one CPU per trial, actors not reused (Tune's default), "
         "workers at niceness 0 (as Strata's tasks; Ray's default is 15). Wall: "
-        "`Tuner.fit()` → returned.",
+        "`Tuner.fit()` → returned. Strata's cluster stays up, idle, its pools full, while "
+        "Ray Tune's side runs.",
         "",
         "Per repetition (load average 1 / 5 / 15 min before each side):",
         "",
@@ -278,6 +368,7 @@ def sweeps_section(result: dict[str, Any]) -> list[str]:
             else "**not** within the noise from one repetition to the next."
         ),
         "",
+        *_earlier(result),
         "The time split, summed over a repetition's trials (median [min-max]): start-up is "
         "trial created (Strata: its job's created_at; Ray: the trial added) → its first "
         "training step ends; training is first step → the report of the last epoch it ran; "
