@@ -202,6 +202,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             leading=lambda: lease.is_leader,
             poll_seconds=settings.sweep_poll_seconds,
         )
+        app.state.ingestor.on_stored = app.state.sweeps.points_stored
         log.info("database ready (%s)", engine.dialect.name)
         background = [
             asyncio.create_task(app.state.controller.run(), name="controller"),

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from agents.protocol import MetricPoint as WirePoint
 from backend.db import utcnow
 from backend.errors import InvalidInput
 from backend.jobs.models import Job
@@ -75,10 +76,18 @@ class SweepRunner:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._studies: dict[int, SweepStudy] = {}
+        self._followed: dict[int, str] = {}  # running trials' jobs: their objective
         self._storage: Any = None
 
     def wake(self) -> None:
         self._wake.set()
+
+    def points_stored(self, job_id: int, points: Sequence[WirePoint]) -> None:
+        """The ingest stored a job's points: an epoch's end of a running trial wakes the runner,
+        so that the pruner judges it now rather than at the next poll."""
+        metric = self._followed.get(job_id)
+        if metric is not None and any(p.name in (metric, reads.EPOCH) for p in points):
+            self.wake()
 
     async def run(self) -> None:
         failures = 0
@@ -106,6 +115,12 @@ class SweepRunner:
                     raise
                 except Exception:  # one sweep's trouble is not the others'
                     log.exception("sweep %d: an iteration failed", sweep.id)
+            self._followed = {  # as the iteration left them, its new trials too
+                trial.job_id: sweep.sweep_spec.objective.metric
+                for sweep in await reads.unfinished_sweeps(self.sessions)
+                for trial in sweep.trials
+                if trial.status is TrialStatus.running
+            }
 
     # --- one sweep --------------------------------------------------------------------
 

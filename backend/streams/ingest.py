@@ -34,7 +34,7 @@ import contextlib
 import logging
 import math
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -80,6 +80,8 @@ class Ingestor:
         # Attempts whose last channel closed while a batch of theirs was still to be stored.
         self._closing: set[AttemptKey] = set()
         self.points_written = 0
+        # Told, after each commit, every job's new points (the sweep runner's wake-up).
+        self.on_stored: Callable[[int, Sequence[WirePoint]], None] | None = None
         self.conflicts = 0  # writes retried with ON CONFLICT (a duplicate reached the database)
 
     @property
@@ -222,6 +224,8 @@ class Ingestor:
             if not pending.done.done():
                 pending.done.set_result(highest[pending.key])
         for key, points in fresh.items():
+            if points and self.on_stored is not None:
+                self.on_stored(key[0], points)
             topic = job_topic(key[0])
             if points and self._broker.subscribers(topic):
                 self._broker.publish(topic, metrics_frame(key, points))

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm.exc import StaleDataError
 
+from agents.protocol import MetricPoint as WirePoint
 from backend.db import utcnow
 from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
@@ -314,3 +315,20 @@ async def test_a_trial_that_reached_max_resource_is_not_judged(sweeps_api: Api) 
     now = await trials(api, sweep_id)
     assert [t["status"] for t in now] == ["running", "running"]
     assert now[1]["curve"] == [[1.0, 0.9]]
+
+
+async def test_an_epoch_stored_for_a_running_trial_wakes_the_runner(sweeps_api: Api) -> None:
+    api = sweeps_api
+    sweep_id = (await api.http.post("/sweeps", json=make_sweep_spec())).json()["id"]
+    runner = runner_of(api)
+    await runner.run_once()
+    job_id = (await trials(api, sweep_id))[0]["job_id"]
+    ingestor = api.app.state.ingestor  # type: ignore[attr-defined]
+    woken: list[None] = []
+    runner.wake = lambda: woken.append(None)  # type: ignore[method-assign]
+    loss = WirePoint(seq=0, name="loss", step=5, value=0.9, wall_time=0.0)
+    await ingestor.submit((job_id, "chief:0", 0), [loss])
+    assert woken == []  # a step's loss is nothing to judge
+    epoch = WirePoint(seq=1, name="epoch", step=10, value=1.0, wall_time=0.0)
+    await ingestor.submit((job_id, "chief:0", 0), [epoch])
+    assert woken == [None]
