@@ -24,6 +24,7 @@ from bench.report_control import (
 )
 from bench.report_launch import dominates_lines, launch_notes, launch_rows, launch_section
 from bench.report_replicas import replicas_rows, replicas_section
+from bench.report_sweeps import sweeps_rows, sweeps_section
 from bench.report_warm import warm_throughput_rows, warm_throughput_section
 from bench.text import spread_text as _spread
 
@@ -48,6 +49,7 @@ from `bench/results/*.json` (raw numbers) every time a benchmark runs. Reproduce
 .venv/bin/python -m bench.recovery [--quick]                      # ~15 min; --quick ~5 min
 .venv/bin/python -m bench.scale [--quick]                         # 100 and 1,000 agents
 .venv/bin/python -m bench.replicas [--quick]                      # takeover; ~5 min
+.venv/bin/python -m bench.sweeps [--warm-pool N]                 # against Ray Tune; ~4 min a round
 .venv/bin/python -m bench.plots                                   # the PNGs (matplotlib)
 .venv/bin/python -m bench.report                                  # re-render this page only
 ```
@@ -616,6 +618,7 @@ def render(
     ab: dict[str, dict[str, Any]] | None = None,
     client: dict[str, Any] | None = None,
     replicas: dict[str, Any] | None = None,
+    sweeps: dict[str, Any] | None = None,
 ) -> str:
     ab = ab or {}
     hand_steps = "launch_ab" not in ab  # the A/B's main run, where there is one, says it
@@ -637,6 +640,8 @@ def render(
         rows += scale_rows(scale)
     if replicas:
         rows += replicas_rows(replicas)
+    if sweeps:
+        rows += sweeps_rows(sweeps)
     lines += _table(("Measurement", "Result: median [min-max]", "Target", "Met?"), rows)
     lines += ["", *what_dominates(pipeline, training, recovery, scale, launch, hand_steps)]
     if pipeline:
@@ -662,6 +667,8 @@ def render(
         lines += scale_section(scale) + plot_lines("scale", "Scale")
     if replicas:
         lines += replicas_section(replicas)
+    if sweeps:
+        lines += sweeps_section(sweeps)
     lines += design_notes()
     return "\n".join(lines).rstrip() + "\n"
 
@@ -694,6 +701,7 @@ def write() -> Path:
             ab={name: found for name, _ in EXPERIMENTS if (found := _load(name)) is not None},
             client=_load("client_mode"),
             replicas=_load("replicas"),
+            sweeps=_load("sweeps"),
         )
     )
     return DOC

@@ -78,7 +78,7 @@ from bench.recovery import idle_warm_processes
 from tests.support.cluster import Cluster, local_cluster
 
 TARGET = 0.5  # Strata's wall ÷ Ray Tune's
-WARM_POOL = 3  # per agent: agents.host.warm_pool.default_size for two GPUs
+WARM_POOL = 3  # per agent by default: agents.host.warm_pool.default_size for two GPUs
 AGENTS = 2
 ENDED = ("succeeded", "stopped", "failed")
 SWEEP_TIMEOUT = 1200.0
@@ -95,11 +95,11 @@ def epoch_seconds(stamp: str) -> float:
     return parsed.timestamp()
 
 
-def wait_pools_full(cluster: Cluster, timeout: float = 300) -> None:
+def wait_pools_full(cluster: Cluster, pool: int, timeout: float = 300) -> None:
     """Until every local agent says it has its whole warm pool idle."""
     logs = [cluster.data_dir / "agents" / f"local-{index}.log" for index in range(AGENTS)]
     deadline = time.monotonic() + timeout
-    while any(idle_warm_processes(log) < WARM_POOL for log in logs):
+    while any(idle_warm_processes(log) < pool for log in logs):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the agents' warm pools did not refill within {timeout:.0f} s")
         time.sleep(0.5)
@@ -405,11 +405,11 @@ def timed(side: str, measure: Callable[[], Any]) -> dict[str, Any]:
     return found
 
 
-def measure(repetitions: int, seed: int, workdir: Path) -> list[dict[str, Any]]:
+def measure(repetitions: int, seed: int, workdir: Path, pool: int) -> list[dict[str, Any]]:
     spec = load_sweep_spec()
     settings = settings_from_spec(spec)
     conditions = Conditions(max_wait=20.0, wait_budget=240.0)
-    os.environ["STRATA_AGENT_WARM_POOL"] = str(WARM_POOL)
+    os.environ["STRATA_AGENT_WARM_POOL"] = str(pool)
     done: list[dict[str, Any]] = []
     with local_cluster(workdir / "cluster", agents=AGENTS, gpus_per_agent=2) as cluster:
         for number in range(repetitions):
@@ -419,7 +419,7 @@ def measure(repetitions: int, seed: int, workdir: Path) -> list[dict[str, Any]]:
             print(f"repetition {number + 1}/{repetitions} (seed {rep_seed}, {order})", flush=True)
             for side in order:
                 if side == "strata":
-                    wait_pools_full(cluster)
+                    wait_pools_full(cluster, pool)
                     background = conditions.wait_quiet()
                     trial_spec = {**spec, "sampler": {**spec["sampler"], "seed": rep_seed}}
                     repetition[side] = timed(
@@ -428,7 +428,7 @@ def measure(repetitions: int, seed: int, workdir: Path) -> list[dict[str, Any]]:
                     repetition[side]["summary"]["background_cores_before"] = background
                 else:
                     # Strata's pools refill after its sweep; not while Ray Tune is measured.
-                    wait_pools_full(cluster)
+                    wait_pools_full(cluster, pool)
                     repetition[side] = timed(
                         side, functools.partial(ray_repetition, rep_seed, settings, workdir)
                     )
@@ -491,6 +491,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7, help="repetition i uses seed + i")
     parser.add_argument(
+        "--warm-pool",
+        type=int,
+        default=WARM_POOL,
+        help="warm processes per agent, all ready before each repetition",
+    )
+    parser.add_argument(
         "--summarise-only",
         action="store_true",
         help="recompute the summaries of bench/results/sweeps.json from its raw trials",
@@ -505,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     machine = machine_info()
     with tempfile.TemporaryDirectory(prefix="strata-bench-sweeps-") as tmp:
-        repetitions = measure(args.repetitions, args.seed, Path(tmp))
+        repetitions = measure(args.repetitions, args.seed, Path(tmp), args.warm_pool)
     settings = settings_from_spec(load_sweep_spec())
     result = {
         "machine": machine,
@@ -513,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         "spec": str(SWEEP_SPEC.relative_to(REPO)),
         "settings": settings.__dict__,
         "ray": ray_version(),
-        "warm_pool_per_agent": WARM_POOL,
+        "warm_pool_per_agent": args.warm_pool,
         "agents": AGENTS,
         "target": TARGET,
         "repetitions": repetitions,
