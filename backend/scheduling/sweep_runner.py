@@ -6,17 +6,19 @@ One iteration (`run_once`), for every sweep not yet ended, in this order:
    metric points) are reported to the pruner, and a trial it prunes has its job cancelled at
    once with the reason; a trial whose job ended gets its result;
 2. tell Optuna how ended trials ended (also those that ended before a restart);
-3. end the sweep if more trials failed than its budget allows, or its wall time ran out;
-4. a stopping sweep cancels its running trials, then is stopped;
-5. start trials up to `budget.parallel`, until `budget.trials` were asked for: first a trial
+3. a sweep stopped by request, with more failed trials than its budget allows, or past its
+   wall time cancels its running trials and ends;
+4. start trials up to `budget.parallel`, until `budget.trials` were asked for: first a trial
    Optuna was asked for but whose job was never written (the server died in between), then
    new ones;
-6. a sweep whose budget is spent and whose trials all ended has succeeded.
+5. a sweep whose budget is spent and whose trials all ended has succeeded.
+
+It runs on its period and whenever the ingest stores an epoch's end of a running trial.
 
 Optuna's storage is synchronous: its calls run on a worker thread. Every write of the
 runner's goes through the controller (`apply`), under its lock and fenced by the lease. The
 Optuna trial is asked for before its job is written, so that a crash between the two leaves an
-Optuna trial with no job, which step 5 starts after the restart: none is lost or run twice,
+Optuna trial with no job, which step 4 starts after the restart: none is lost or run twice,
 and the budget counts Optuna's trials.
 """
 
@@ -28,7 +30,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -53,7 +55,6 @@ if TYPE_CHECKING:
     from backend.sweeps.study import SweepStudy
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 Apply = Callable[..., Awaitable[Any]]  # Controller.apply
 
