@@ -203,6 +203,13 @@ class SweepRunner:
                 await self._end_trial(trial, TrialStatus.pruned, reason, curve=curve, cancel=True)
                 return
         final = max(points, key=lambda p: p.order).value if points else None
+        full = spec.early_stopping.max_resource
+        if not job.is_terminal and full is not None and curve and curve[-1][0] >= full:
+            # It reached the full resource: its result is known, and its slot is free for the
+            # next trial while its process finishes (checkpoint, exit) on its own.
+            value = float(curve[-1][1])
+            await self._end_trial(trial, TrialStatus.succeeded, None, curve=curve, value=value)
+            return
         if not job.is_terminal:
             if len(curve) != len(trial.curve or []):
                 await self._end_trial(trial, None, None, curve=curve)

@@ -300,7 +300,7 @@ async def test_hyperband_reports_and_completes_trials(sweeps_api: Api) -> None:
     assert [t["value"] for t in read["trials"]] == [1 / 3, 1 / 3]
 
 
-async def test_a_trial_that_reached_max_resource_is_not_judged(sweeps_api: Api) -> None:
+async def test_a_trial_that_reached_max_resource_is_not_judged_but_done(sweeps_api: Api) -> None:
     api = sweeps_api
     stopping = {"type": "asha", "min_resource": 1, "max_resource": 1, "reduction_factor": 2}
     doc = make_sweep_spec(early_stopping=stopping)
@@ -313,8 +313,11 @@ async def test_a_trial_that_reached_max_resource_is_not_judged(sweeps_api: Api) 
     await report(api, first[1]["job_id"], 1, 0.9, seq=0)  # worse, but at its full resource
     await runner.run_once()
     now = await trials(api, sweep_id)
-    assert [t["status"] for t in now] == ["running", "running"]
-    assert now[1]["curve"] == [[1.0, 0.9]]
+    # Both ran to their end: their results are known, and two more trials take their places
+    # while their jobs finish on their own.
+    assert [t["status"] for t in now] == ["succeeded", "succeeded", "running", "running"]
+    assert [t["value"] for t in now[:2]] == [0.5, 0.9]
+    assert [t["job_status"] for t in now[:2]] == ["pending", "pending"]  # not cancelled
 
 
 async def test_an_epoch_stored_for_a_running_trial_wakes_the_runner(sweeps_api: Api) -> None:
