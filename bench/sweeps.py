@@ -29,8 +29,8 @@ Every trial's time is split the same way on both sides, on one machine's wall cl
   the trainable's report time on Ray);
 * pruning decision (pruned trials): the report of the epoch it was pruned at → the decision
   recorded (Strata: the job's cancelled event; Ray: the driver's on_trial_complete);
-* end (trials that ran every epoch): the last report → the trial ended (job finished_at;
-  on_trial_complete).
+* end (trials that ran every epoch): the last report → the trial ended (the trial's
+  finished_at, when its slot went to the next trial; on_trial_complete).
 
 These add up to each trial's created → ended. Beside them, the idle slots: the parallel
 slots times the wall, less every trial's created → ended (the time a slot held no trial:
@@ -258,7 +258,9 @@ def strata_trial(cluster: Cluster, trial: dict[str, Any], t0: float) -> dict[str
     if trial["status"] == "pruned" and cancelled:
         ended = cancelled[0]
     else:
-        ended = epoch_seconds(job["finished_at"] or trial["finished_at"])
+        # When the sweep had its result and gave its slot to the next trial: a trial that
+        # reached the full resource ends then, while its job finishes on its own.
+        ended = epoch_seconds(trial["finished_at"] or job["finished_at"])
     record = split_trial(
         number=trial["number"],
         params=trial["params"],
