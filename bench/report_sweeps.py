@@ -254,18 +254,18 @@ def sweeps_notes(result: dict[str, Any]) -> list[str]:
         )
     ray = result["summary"]["ray"]
     lines += [
-        "- **Pruning decisions**: Strata's sweep runner looks at running trials every "
-        "`sweep_poll_seconds` (0.5 s) and reads the objective from the stored metric "
-        "points, which the task's runtime sends in batches: "
+        "- **Pruning decisions**: Strata's sweep runner reads the objective from the stored "
+        "metric points, which the task's runtime sends in batches; the ingest wakes it when "
+        "it has stored an epoch's end of a running trial (else it looks every "
+        "`sweep_poll_seconds`, 0.5 s): "
         f"{_s(strata['decision_s_mean'], 2)} per pruned trial from the epoch's report to the "
         f"job's cancelled event. Ray Tune's scheduler decides on the result as the driver "
         f"receives it: {_s(ray['decision_s_mean'], 2)}.",
-        "- **Ending full trials**: on Strata a trial that ran every epoch holds its slot "
-        "until its job has ended (the script's last checkpoint, the process's exit, the "
-        "agent's report, the server's transition; the runner's next look, which starts its "
-        "successor, counts in the idle slots): "
-        f"{_s(strata['end_s_sum'], 1)} per repetition. A Ray Tune trial completes as its "
-        "last result arrives and its actor is torn down after." + _exit_lag(result),
+        "- **Ending full trials**: on Strata a trial that reached `max_resource` (epoch 9) "
+        "succeeds when the runner has read that epoch's value, and its successor starts "
+        "while its job finishes (the script's last checkpoint, the process's exit) on its "
+        f"own: {_s(strata['end_s_sum'], 1)} per repetition. A Ray Tune trial completes as "
+        "its last result arrives and its actor is torn down after." + _exit_lag(result),
         "",
     ]
     return lines
