@@ -284,7 +284,7 @@ def _exit_lag(result: dict[str, Any]) -> str:
     if not lags:
         return ""
     return (
-        f" Most of Strata's is the process itself: from the last checkpoint's event (epoch "
+        f" What its slot no longer waits for, the process's own end: from the last checkpoint's event (epoch "
         f"{result['settings']['epochs']}) to the chief's exit {min(lags):.1f}-{max(lags):.1f} s "
         f"(median {statistics.median(lags):.1f} s over {len(lags)} full trials)."
     )
