@@ -284,7 +284,8 @@ def _exit_lag(result: dict[str, Any]) -> str:
     if not lags:
         return ""
     return (
-        f" What its slot no longer waits for, the process's own end: from the last checkpoint's event (epoch "
+        " What its slot no longer waits for, the process's own end: from the last "
+        f"checkpoint's event (epoch "
         f"{result['settings']['epochs']}) to the chief's exit {min(lags):.1f}-{max(lags):.1f} s "
         f"(median {statistics.median(lags):.1f} s over {len(lags)} full trials)."
     )
