@@ -245,10 +245,10 @@ def _search_issues(spec: SweepSpec) -> list[FieldIssue]:
             )
             for name in stepless
         ]
-        points = math.prod(len(grid_values(p)) for p in spec.parameters.values())
+        points = math.prod(grid_size(p) for p in spec.parameters.values())
         if not stepless and points > MAX_GRID_POINTS:
             issues.append(
-                FieldIssue("parameters", f"the grid has {points} points, over {MAX_GRID_POINTS}")
+                FieldIssue("parameters", f"the grid has more than {MAX_GRID_POINTS} points")
             )
         elif not stepless and budget.trials > points:
             issues.append(
@@ -273,13 +273,24 @@ def _search_issues(spec: SweepSpec) -> list[FieldIssue]:
     return issues
 
 
+def grid_size(parameter: FloatRange | IntRange | Categorical) -> int:
+    """How many values a grid sampler visits for the parameter (counted, not listed: a range
+    may hold more than memory does)."""
+    if isinstance(parameter, Categorical):
+        return len(parameter.choices)
+    span = (parameter.high - parameter.low) / (parameter.step or 1)
+    if not math.isfinite(span) or span >= MAX_GRID_POINTS:
+        return MAX_GRID_POINTS + 1  # too many, however many
+    return math.floor(span + 1e-9) + 1
+
+
 def grid_values(parameter: FloatRange | IntRange | Categorical) -> list[Choice]:
-    """Every value a grid sampler visits for the parameter."""
+    """Every value a grid sampler visits for the parameter (of a grid already checked to be
+    at most MAX_GRID_POINTS in all)."""
     if isinstance(parameter, Categorical):
         return list(parameter.choices)
     step = parameter.step or 1
-    count = math.floor((parameter.high - parameter.low) / step + 1e-9) + 1
-    return [parameter.low + i * step for i in range(count)]
+    return [parameter.low + i * step for i in range(grid_size(parameter))]
 
 
 def first_values(spec: SweepSpec) -> dict[str, Any]:

@@ -115,3 +115,12 @@ def test_a_grid_is_not_visited_twice_and_max_resource_is_hyperbands() -> None:
     assert issues(doc) == {
         "early_stopping.max_resource": "only asha and hyperband take a max_resource; this is median"
     }
+
+
+def test_a_huge_grid_is_refused_without_listing_it() -> None:
+    doc = make_sweep_spec(sampler={"type": "grid"}, budget={"trials": 2, "parallel": 1})
+    doc["parameters"]["lr"] = {"type": "float", "low": 0.0, "high": 1e300, "step": 1e-300}
+    doc["parameters"]["units"] = {"type": "int", "low": 0, "high": 2**62}
+    found = issues(doc)
+    assert list(found) == ["parameters"]
+    assert found["parameters"] == "the grid has more than 100000 points"
