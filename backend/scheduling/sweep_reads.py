@@ -15,6 +15,7 @@ from agents.vocabulary import Role, TaskName
 from backend.jobs.models import Job
 from backend.jobs.states import JobStatus
 from backend.streams.models import MetricPoint
+from backend.sweeps import service
 from backend.sweeps.models import Sweep
 from backend.sweeps.spec import SweepSpec
 from backend.sweeps.states import SweepStatus
@@ -52,11 +53,8 @@ async def sweep_with_trials(sessions: Sessions, sweep_id: int) -> Sweep:
 
 
 async def job_statuses(sessions: Sessions, ids: list[int]) -> dict[int, JobStatus]:
-    if not ids:
-        return {}
     async with sessions() as session:
-        rows = await session.execute(select(Job.id, Job.status).where(Job.id.in_(ids)))
-        return {job_id: status for job_id, status in rows}
+        return await service.job_statuses(session, ids)
 
 
 async def job_reason(sessions: Sessions, job_id: int) -> str:

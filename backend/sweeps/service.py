@@ -87,13 +87,13 @@ async def list_sweeps(
         query = query.where(Sweep.status.in_(statuses))
     sweeps = list(await session.scalars(query))
     names = await _project_names(session, {s.project_id for s in sweeps})
-    jobs = await job_statuses(session, [t for s in sweeps for t in s.trials])
+    jobs = await job_statuses(session, [t.job_id for s in sweeps for t in s.trials])
     return [summary(s, names[s.project_id], jobs) for s in sweeps]
 
 
 async def read_sweep(*, session: AsyncSession, sweep: Sweep) -> SweepRead:
     names = await _project_names(session, {sweep.project_id})
-    jobs = await job_statuses(session, sweep.trials)
+    jobs = await job_statuses(session, [t.job_id for t in sweep.trials])
     base = summary(sweep, names[sweep.project_id], jobs)
     return SweepRead(
         **base.model_dump(exclude={"best"}),
@@ -152,8 +152,8 @@ def trial_read(trial: SweepTrial, job_status: JobStatus) -> TrialRead:
     )
 
 
-async def job_statuses(session: AsyncSession, trials: Sequence[SweepTrial]) -> dict[int, JobStatus]:
-    ids = [t.job_id for t in trials]
+async def job_statuses(session: AsyncSession, ids: Sequence[int]) -> dict[int, JobStatus]:
+    """Each of these jobs' status, by id."""
     if not ids:
         return {}
     rows = await session.execute(select(Job.id, Job.status).where(Job.id.in_(ids)))
