@@ -109,7 +109,10 @@ class SweepRunner:
 
     async def run_once(self) -> None:
         async with self._lock:  # one iteration at a time (the loop's, a test's)
-            for sweep in await reads.unfinished_sweeps(self.sessions):
+            sweeps = await reads.unfinished_sweeps(self.sessions)
+            if not sweeps and not self._followed:
+                return  # nothing runs: one query per period, and nothing to follow
+            for sweep in sweeps:
                 try:
                     await self._advance(sweep)
                 except NotLeader:
